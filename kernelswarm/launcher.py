@@ -1,0 +1,151 @@
+"""`kernelswarm up`: Redis (unless one is given), planner, writers, evaluator and web on one machine."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+from rich.console import Console
+
+from shared.errors import UserError
+from shared.settings import PREFIX, Settings
+
+GRACE_S = 30.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+class RedisServer:
+    """A private redis-server on a free loopback port, gone when stopped."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise UserError("redis-server not found: install it (`apt-get install redis-server`, "
+                            "or run `make run`) or set KERNELSWARM_REDIS_URL")
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self._wait()
+
+    def _wait(self, timeout_s: float = 10.0) -> None:
+        client = redis.Redis.from_url(self.url)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise UserError(f"redis-server exited with code {self.process.returncode}")
+            try:
+                client.ping()
+                client.close()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        self.stop()
+        raise UserError(f"redis-server did not answer on port {self.port} within {timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a child process build the same Settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+    for name, value in settings.model_dump(exclude_defaults=True).items():
+        env[PREFIX + name.upper()] = str(value.resolve() if isinstance(value, Path) else value)
+    env[PREFIX + "HOME"] = str(settings.home.resolve())
+    env[PREFIX + "PROBLEMS_DIR"] = str(settings.problems_dir.resolve())
+    return env
+
+
+@dataclass
+class Services:
+    """The Celery workers of one local swarm, each a process with its own log file."""
+
+    settings: Settings
+    log_dir: Path
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    dead_unexpectedly: list[str] = field(default_factory=list)
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = settings_env(self.settings)
+        writers = str(max(1, self.settings.writers))
+        commands = {
+            "planner": ["services.planner.entrypoint", "-Q", "plan", "--pool", "solo"],
+            "worker": ["services.worker.entrypoint", "-Q", "write", "--pool", "threads", "-c", writers],
+            "evaluator": ["services.evaluator.entrypoint", "-Q", "evaluate", "--pool", "solo"],
+        }
+        for name, (module, *options) in commands.items():
+            log = open(self.log_dir / f"{name}.log", "ab")
+            self.processes[name] = subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", module, "worker", "-n", f"{name}@%h", "--without-gossip",
+                 "--without-mingle", "-l", self.settings.log_level, *options],
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            log.close()
+
+    def dead(self) -> list[str]:
+        return [name for name, p in self.processes.items() if p.poll() is not None]
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + 15
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+class WebServer:
+    """The Flask app served by werkzeug in a thread of the launcher."""
+
+    def __init__(self, settings: Settings, port: int) -> None:
+        from werkzeug.serving import make_server
+
+        from services.web import create_app
+
+        self.server = make_server("127.0.0.1", port, create_app(settings), threaded=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.thread.join(timeout=5)
+
+
+def console() -> Console:
+    return Console(stderr=True)

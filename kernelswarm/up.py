@@ -1,0 +1,114 @@
+"""The body of `kernelswarm up`: load the problems, start everything, run the campaign, stop cleanly."""
+
+from __future__ import annotations
+
+import signal
+import time
+from datetime import datetime
+
+from rich.console import Console
+from sqlalchemy import func, select
+
+from kernelswarm.launcher import GRACE_S, RedisServer, Services, WebServer, port_is_free
+from services.planner.campaign import create_campaign, stop_campaign
+from shared.celery_app import PLAN_TICK, make_celery
+from shared.db import AttemptRow, Database
+from shared.errors import UserError
+from shared.leaderboard import leaderboard, render_table
+from shared.repository import IN_FLIGHT, upsert_problem
+from shared.schema import load_problem
+from shared.schema.problem import find_problems
+from shared.settings import Settings
+
+PROGRESS_EVERY_S = 5.0
+
+
+def run_up(settings: Settings, duration_s: float | None) -> int:
+    out = Console(stderr=True)
+    if not port_is_free(settings.web_port):
+        raise UserError(f"port {settings.web_port} is in use: pass --port or set KERNELSWARM_WEB_PORT")
+    problems = [load_problem(folder) for folder in find_problems([settings.problems_dir])]
+    if not problems:
+        raise UserError(f"no problems under {settings.problems_dir}")
+    redis_server = None
+    if not settings.redis_url:
+        redis_server = RedisServer(settings.home / "redis")
+        settings = settings.model_copy(update={"redis_url": redis_server.url})
+    db = Database(settings.db_url)
+    with db.session() as session:
+        problem_ids = [upsert_problem(session, p).id for p in problems]
+    name = f"local {datetime.now():%Y-%m-%d %H:%M}"
+    campaign_id = create_campaign(db, name, problem_ids, settings.device, settings.writers,
+                                  settings.attempts_per_assignment)
+    services = Services(settings, settings.home / "logs")
+    web = None
+    stopping = {"signal": False}
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.update(signal=True))
+    try:
+        services.start()
+        web = WebServer(settings, settings.web_port)
+        out.print(f"[bold]KernelSwarm[/bold] campaign {campaign_id} over {len(problems)} problems on "
+                  f"{settings.device}; web at http://127.0.0.1:{settings.web_port}/ ; logs in "
+                  f"{settings.home / 'logs'}; Ctrl-C stops", highlight=False)
+        make_celery(settings).send_task(PLAN_TICK, args=[campaign_id])
+        _watch(db, campaign_id, services, duration_s, stopping, out)
+    except KeyboardInterrupt:
+        out.print("stopping (Ctrl-C)")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        stop_campaign(db, campaign_id)
+        _drain(db, campaign_id, services, out)
+        services.stop()
+        if web is not None:
+            web.stop()
+        if redis_server is not None:
+            redis_server.stop()
+    dead = services.dead_unexpectedly
+    with db.session() as session:
+        Console().print(render_table(leaderboard(session, campaign_id)))
+    if dead:
+        out.print(f"[red]services that died while running:[/red] {', '.join(dead)} "
+                  f"(see {settings.home / 'logs'})")
+        return 1
+    return 0
+
+
+def _watch(db: Database, campaign_id: int, services: Services, duration_s: float | None,
+           stopping: dict, out: Console) -> None:
+    started = time.monotonic()
+    last_report = 0.0
+    while not stopping["signal"]:
+        elapsed = time.monotonic() - started
+        if duration_s is not None and elapsed >= duration_s:
+            return
+        dead = services.dead()
+        if dead:
+            services.dead_unexpectedly = dead
+            raise UserError(f"{', '.join(dead)} exited; see {services.log_dir}")
+        if elapsed - last_report >= PROGRESS_EVERY_S:
+            last_report = elapsed
+            counts = _counts(db, campaign_id)
+            out.print(f"[{elapsed:5.0f} s] attempts: {counts['finished']} finished, {counts['PASSED']} passed, "
+                      f"{counts['in_flight']} in flight", highlight=False)
+        time.sleep(0.5)
+
+
+def _counts(db: Database, campaign_id: int) -> dict[str, int]:
+    with db.session() as session:
+        rows = session.execute(select(AttemptRow.status, func.count()).where(
+            AttemptRow.campaign_id == campaign_id).group_by(AttemptRow.status)).all()
+    by_status = dict(rows)
+    in_flight = sum(by_status.get(s, 0) for s in IN_FLIGHT)
+    return {"finished": sum(by_status.values()) - in_flight, "PASSED": by_status.get("PASSED", 0),
+            "in_flight": in_flight}
+
+
+def _drain(db: Database, campaign_id: int, services: Services, out: Console) -> None:
+    """Let attempts already sent finish (up to GRACE_S), so none is cut off half-way."""
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and not services.dead():
+        in_flight = _counts(db, campaign_id)["in_flight"]
+        if in_flight == 0:
+            return
+        out.print(f"waiting for {in_flight} attempt(s) in flight", highlight=False)
+        time.sleep(2.0)

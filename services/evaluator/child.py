@@ -1,0 +1,208 @@
+"""The child process of an attempt: `python -m services.evaluator.child JOB.json`.
+
+Two roles, two separate processes, neither of which is the evaluator itself:
+- `reference` (trusted): makes every input set from the secret seed, runs the reference, saves
+  the inputs where the candidate can read them and the expected outputs where it cannot, and
+  times the reference.
+- `candidate` (untrusted): loads the solution, runs it on each set into outputs pre-filled with
+  NaN, saves them, then times it. It never sees the seed or the expected outputs.
+
+Each role writes `result.json` after every workload, so a crash or a timeout keeps what was
+done. The parent owns every verdict; the child only reports what happened.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+import traceback
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from services.evaluator.inputs import InputError, make_inputs, torch_dtype
+from services.evaluator.timing import TimingPlan, synchronize, time_runs
+from shared.schema import Definition, Workload
+
+MAX_TRACEBACK_CHARS = 4000
+
+
+def main(job_path: str) -> int:
+    job = json.loads(Path(job_path).read_text())
+    definition = Definition.model_validate(job["definition"])
+    workloads = [Workload.model_validate(w) for w in job["workloads"]]
+    device = torch.device(job["device"])
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    result_path = Path(job["result_path"])
+    results: list[dict[str, Any]] = []
+    run = run_reference if job["role"] == "reference" else run_candidate
+    state: dict[str, Any] = {}
+    for index, workload in zip(job["indices"], workloads):
+        results.append(run(job, definition, workload, index, device, state))
+        _write_json(result_path, {"workloads": results})
+    return 0
+
+
+def run_reference(job: dict, definition: Definition, workload: Workload, index: int,
+                  device: torch.device, state: dict) -> dict[str, Any]:
+    if "module" not in state:
+        try:
+            state["module"] = _load_module("reference", definition.reference, {}, "<reference>")
+        except Exception:
+            state["module"] = None
+            state["error"] = "loading the reference failed:\n" + _traceback()
+    reference = state["module"]
+    if reference is None:
+        return {"status": "INVALID_REFERENCE", "message": state["error"]}
+    sets = job["correctness_rounds"] + job["timing_sets"]
+    inputs_dir, expected_dir = Path(job["inputs_dir"]), Path(job["expected_dir"])
+    timing_inputs = None
+    for s in range(sets):
+        try:
+            inputs = make_inputs(definition, workload, job["seed"] + 7919 * index + s, device,
+                                 Path(job["problem_root"]) if job.get("problem_root") else None, reference)
+        except InputError as error:
+            return {"status": "INPUT_ERROR", "message": str(error)}
+        except Exception:
+            return {"status": "INVALID_REFERENCE", "message": "making inputs failed:\n" + _traceback()}
+        torch.save(inputs, inputs_dir / f"w{index}_s{s}.pt")
+        try:
+            with torch.no_grad():
+                outputs = _as_outputs(definition, reference.run(*inputs.values()))
+            synchronize(device)
+        except Exception:
+            return {"status": "INVALID_REFERENCE", "message": "the reference raised:\n" + _traceback()}
+        torch.save({k: _detach(v) for k, v in outputs.items()}, expected_dir / f"w{index}_s{s}.pt")
+        if s == job["correctness_rounds"]:
+            timing_inputs = inputs
+    with torch.no_grad():
+        latency = time_runs(lambda i: reference.run(*timing_inputs.values()), device, _plan(job))
+    return {"status": "OK", "latency": latency.as_dict()}
+
+
+def run_candidate(job: dict, definition: Definition, workload: Workload, index: int,
+                  device: torch.device, state: dict) -> dict[str, Any]:
+    try:
+        if "entry" not in state:
+            state["entry"] = _load_entry(job)
+        entry = state["entry"]
+        dps = job["destination_passing_style"]
+        inputs_dir, outputs_dir = Path(job["inputs_dir"]), Path(job["outputs_dir"])
+        rounds, timing_sets = job["correctness_rounds"], job["timing_sets"]
+        axes = definition.resolve_axes(workload.axes)
+        for s in range(rounds):
+            inputs = torch.load(inputs_dir / f"w{index}_s{s}.pt", weights_only=True)
+            outputs = _call(entry, definition, axes, inputs, dps, device)
+            torch.save({k: _detach(v) for k, v in outputs.items()}, outputs_dir / f"w{index}_s{s}.pt")
+        timed = [torch.load(inputs_dir / f"w{index}_s{rounds + t}.pt", weights_only=True) for t in range(timing_sets)]
+        buffers = [_empty_outputs(definition, axes, device) for _ in timed]
+        last: dict[int, dict[str, Any]] = {}
+
+        def run(i: int) -> None:
+            k = i % len(timed)
+            last[k] = _invoke(entry, timed[k], buffers[k], dps, definition)
+
+        latency = time_runs(run, device, _plan(job))
+        for t, outputs in last.items():
+            torch.save({k: _detach(v) for k, v in outputs.items()}, outputs_dir / f"w{index}_s{rounds + t}.pt")
+    except Exception:
+        return {"status": "RUNTIME_ERROR", "message": _traceback()}
+    if not math.isfinite(latency.median_ms):
+        return {"status": "RUNTIME_ERROR", "message": "timing produced no finite latency"}
+    return {"status": "OK", "latency": latency.as_dict()}
+
+
+def _call(entry, definition: Definition, axes: dict[str, int], inputs: dict[str, Any], dps: bool,
+          device: torch.device) -> dict[str, Any]:
+    buffers = _empty_outputs(definition, axes, device)
+    outputs = _invoke(entry, inputs, buffers, dps, definition)
+    synchronize(device)
+    return outputs
+
+
+def _invoke(entry, inputs: dict[str, Any], buffers: dict[str, torch.Tensor], dps: bool,
+            definition: Definition) -> dict[str, Any]:
+    if dps:
+        entry(*inputs.values(), *buffers.values())
+        return buffers
+    return _as_outputs(definition, entry(*inputs.values()))
+
+
+def _empty_outputs(definition: Definition, axes: dict[str, int], device: torch.device) -> dict[str, torch.Tensor]:
+    """Outputs pre-filled so that an element the kernel never writes fails the check."""
+    buffers = {}
+    for name, spec in definition.outputs.items():
+        shape = definition.shape_of(spec, axes)
+        if shape is None:
+            raise ValueError(f"output `{name}` is a scalar: use destination_passing_style=false")
+        dtype = torch_dtype(spec.dtype)
+        if dtype.is_floating_point and dtype.itemsize >= 2:
+            buffers[name] = torch.full(shape, float("nan"), dtype=dtype, device=device)
+        elif dtype == torch.bool:
+            buffers[name] = torch.zeros(shape, dtype=dtype, device=device)
+        elif dtype.is_floating_point or dtype.itemsize == 1:
+            buffers[name] = torch.full(shape, 0x7F, dtype=torch.uint8, device=device).view(dtype)
+        else:
+            buffers[name] = torch.full(shape, torch.iinfo(dtype).min, dtype=dtype, device=device)
+    return buffers
+
+
+def _as_outputs(definition: Definition, returned: Any) -> dict[str, Any]:
+    names = list(definition.outputs)
+    if isinstance(returned, dict):
+        return {n: returned.get(n) for n in names}
+    if not isinstance(returned, (tuple, list)):
+        returned = (returned,)
+    if len(returned) != len(names):
+        raise ValueError(f"returned {len(returned)} outputs, the definition has {len(names)} ({names})")
+    return dict(zip(names, returned))
+
+
+def _detach(value: Any) -> Any:
+    return value.detach().cpu().clone() if isinstance(value, torch.Tensor) else value
+
+
+def _load_entry(job: dict):
+    source_dir = Path(job["solution_dir"])
+    path = source_dir / job["entry_file"]
+    sys.path.insert(0, str(source_dir))
+    module = _load_module("solution_entry", path.read_text(), job["tunables"], str(path))
+    entry = getattr(module, job["entry_symbol"], None)
+    if not callable(entry):
+        raise AttributeError(f"{job['entry_file']} defines no callable `{job['entry_symbol']}`")
+    return entry
+
+
+def _load_module(name: str, source: str, constants: dict[str, Any], filename: str) -> ModuleType:
+    """Execute `source` as a module whose globals start with the tunable `constants`."""
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(constants)
+    module.__file__ = filename
+    sys.modules[name] = module
+    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 - running it is the point
+    return module
+
+
+def _plan(job: dict) -> TimingPlan:
+    return TimingPlan(job["warmup_runs"], job["timing_runs"], job["timing_budget_s"])
+
+
+def _traceback() -> str:
+    text = traceback.format_exc()
+    return text if len(text) <= MAX_TRACEBACK_CHARS else "...\n" + text[-MAX_TRACEBACK_CHARS:]
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,68 @@
+"""Compare a candidate's outputs with the reference's, under the workload's tolerance."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from shared.schema import Status, Tolerance
+
+
+@dataclass(frozen=True)
+class Check:
+    status: Status
+    message: str = ""
+    max_absolute_error: float = 0.0
+    max_relative_error: float = 0.0
+    matched_ratio: float = 1.0
+
+
+def compare(name: str, actual: object, expected: object, tolerance: Tolerance) -> Check:
+    """One output tensor (or scalar): shape, then dtype, then values."""
+    if not isinstance(expected, torch.Tensor):
+        expected = torch.tensor(expected)
+        actual = torch.tensor(actual) if not isinstance(actual, torch.Tensor) else actual
+    if not isinstance(actual, torch.Tensor):
+        return Check(Status.INCORRECT_SHAPE, f"output `{name}` is a {type(actual).__name__}, not a tensor")
+    if tuple(actual.shape) != tuple(expected.shape):
+        return Check(Status.INCORRECT_SHAPE,
+                     f"output `{name}` has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    if actual.dtype != expected.dtype:
+        return Check(Status.INCORRECT_DTYPE, f"output `{name}` has dtype {actual.dtype}, expected {expected.dtype}")
+    return _compare_values(name, actual, expected, tolerance)
+
+
+def _compare_values(name: str, actual: torch.Tensor, expected: torch.Tensor, tolerance: Tolerance) -> Check:
+    if actual.numel() == 0:
+        return Check(Status.PASSED)
+    a = _as_float(actual)
+    e = _as_float(expected)
+    abs_err = (a - e).abs()
+    bound = tolerance.max_atol + tolerance.max_rtol * e.abs()
+    matched = abs_err <= bound
+    same_inf = torch.isinf(e) & (a == e)
+    if not tolerance.allow_negative_inf:
+        same_inf &= e > 0
+    matched |= same_inf
+    abs_err = torch.where(same_inf, torch.zeros_like(abs_err), abs_err)
+    abs_err = torch.where(torch.isnan(a) | torch.isnan(e), torch.full_like(abs_err, float("inf")), abs_err)
+    rel_err = abs_err / e.abs().clamp_min(1e-12)
+    ratio = matched.float().mean().item()
+    max_abs, max_rel = abs_err.max().item(), rel_err.max().item()
+    cap = tolerance.max_error_cap
+    if ratio < tolerance.required_matched_ratio or (cap is not None and max_abs > cap):
+        worst = int(abs_err.flatten().argmax())
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(worst), actual.shape))
+        message = (f"output `{name}`: {ratio:.4%} of elements within atol={tolerance.max_atol} "
+                   f"rtol={tolerance.max_rtol} (need {tolerance.required_matched_ratio:.2%}); worst at "
+                   f"{list(index)}: got {a.flatten()[worst].item():.6g}, expected {e.flatten()[worst].item():.6g}")
+        return Check(Status.INCORRECT_NUMERICAL, message, max_abs, max_rel, ratio)
+    return Check(Status.PASSED, "", max_abs, max_rel, ratio)
+
+
+def _as_float(tensor: torch.Tensor) -> torch.Tensor:
+    tensor = tensor.detach().cpu()
+    if tensor.dtype == getattr(torch, "float4_e2m1fn_x2", None):
+        tensor = tensor.view(torch.uint8)
+    return tensor.to(torch.float64)

@@ -1,0 +1,245 @@
+"""One attempt: build -> reference child -> candidate child -> check -> one Trace per workload."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import platform
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.evaluator.build import build_solution
+from services.evaluator.correctness import Check, compare
+from services.evaluator.sandbox import run_child
+from shared.schema import (
+    AttemptInfo, Correctness, Environment, Evaluation, Performance, Problem, Solution, Status, Trace, Workload,
+)
+from shared.settings import Settings
+
+log = logging.getLogger(__name__)
+CHILD = ["-m", "services.evaluator.child"]
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    device: str
+    correctness_rounds: int = 3
+    timing_sets: int = 2
+    warmup_runs: int = 2
+    timing_runs: int = 20
+    timing_budget_s: float = 1.0
+    attempt_timeout_s: float = 300.0
+    scratch_dir: Path | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, device: str | None = None) -> EvalConfig:
+        return cls(device or settings.device, max(1, settings.correctness_rounds), max(1, settings.timing_sets),
+                   settings.warmup_runs, max(3, settings.timing_runs), settings.timing_budget_s,
+                   settings.attempt_timeout_s, settings.scratch_dir)
+
+
+@dataclass(frozen=True)
+class AttemptResult:
+    status: Status
+    traces: list[Trace]
+    latency_ms: float | None
+    speedup: float | None
+    workloads_passed: int
+    message: str
+
+    def traces_jsonl(self) -> bytes:
+        return "".join(t.model_dump_json(exclude_none=True) + "\n" for t in self.traces).encode()
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    status: Status
+    message: str = ""
+    check: Check | None = None
+    latency_ms: float | None = None
+    reference_ms: float | None = None
+
+
+def evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workloads: int | None = None,
+             attempt: AttemptInfo | None = None, progress: Callable[[str], None] | None = None) -> AttemptResult:
+    """Evaluate `solution` on the problem's workloads (the first `max_workloads` if given)."""
+    say = progress or (lambda _message: None)
+    workloads = list(problem.workloads[:max_workloads] if max_workloads else problem.workloads)
+    with tempfile.TemporaryDirectory(prefix="ks-attempt-", dir=_scratch(config)) as tmp:
+        root = Path(tmp)
+        dirs = {n: root / n for n in ("ref", "expected", "inputs", "cand", "outputs")}
+        for path in dirs.values():
+            path.mkdir(mode=0o700)
+        say("building")
+        build = build_solution(solution, config.device, dirs["cand"] / "solution")
+        if build.status is not None:
+            outcomes = [_Outcome(build.status, build.log)] * len(workloads)
+        else:
+            outcomes = _run(problem, solution, workloads, build.tunables, config, dirs, say)
+    traces = [_trace(problem, solution, w, o, config, attempt) for w, o in zip(workloads, outcomes)]
+    return _summarize(traces, outcomes)
+
+
+def _run(problem: Problem, solution: Solution, workloads: list[Workload], tunables: dict[str, Any],
+         config: EvalConfig, dirs: dict[str, Path], say: Callable[[str], None]) -> list[_Outcome]:
+    common = {
+        "definition": problem.definition.model_dump(mode="json"),
+        "device": config.device,
+        "correctness_rounds": config.correctness_rounds,
+        "timing_sets": config.timing_sets,
+        "warmup_runs": config.warmup_runs,
+        "timing_runs": config.timing_runs,
+        "timing_budget_s": config.timing_budget_s,
+        "inputs_dir": str(dirs["inputs"]),
+    }
+    say(f"reference on {len(workloads)} workloads")
+    reference = _child(dirs["ref"], config, dict(
+        common, role="reference", seed=secrets.randbits(48), expected_dir=str(dirs["expected"]),
+        problem_root=str(problem.root) if problem.root else None,
+        workloads=[w.model_dump(mode="json") for w in workloads], indices=list(range(len(workloads)))))
+    outcomes: list[_Outcome | None] = []
+    runnable = []
+    for index, result in enumerate(reference.results(len(workloads), "the reference")):
+        if result["status"] == "OK":
+            outcomes.append(None)
+            runnable.append(index)
+        else:
+            outcomes.append(_Outcome(Status.INVALID_REFERENCE, result["message"]))
+    if not runnable:
+        return outcomes
+    say(f"candidate on {len(runnable)} workloads")
+    candidate = _child(dirs["cand"], config, dict(
+        common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["cand"] / "solution"),
+        entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=tunables,
+        destination_passing_style=solution.spec.destination_passing_style,
+        workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable))
+    ref_results = reference.results(len(workloads), "the reference")
+    for index, result in zip(runnable, candidate.results(len(runnable), "the solution")):
+        if result["status"] != "OK":
+            outcomes[index] = _Outcome(Status(result["status"]), result["message"])
+            continue
+        check = _check_sets(problem, workloads[index], index, config, dirs)
+        outcomes[index] = _Outcome(check.status, check.message, check, result["latency"]["median_ms"],
+                                   ref_results[index]["latency"]["median_ms"])
+    return outcomes
+
+
+@dataclass(frozen=True)
+class _ChildResults:
+    workloads: list[dict[str, Any]]
+    timed_out: bool
+    exit_code: int | None
+    log: str
+    timeout_s: float
+
+    def results(self, expected: int, who: str) -> list[dict[str, Any]]:
+        """One result per workload; those the child never reached get TIMEOUT or RUNTIME_ERROR."""
+        done = list(self.workloads)
+        if self.timed_out:
+            missing = {"status": "TIMEOUT", "message": f"{who} ran past {self.timeout_s:.0f} s and was killed"}
+        else:
+            missing = {"status": "RUNTIME_ERROR",
+                       "message": f"{who} exited with code {self.exit_code} before finishing:\n{self.log}"}
+        return done + [missing] * (expected - len(done))
+
+
+def _child(home: Path, config: EvalConfig, job: dict[str, Any]) -> _ChildResults:
+    job["result_path"] = str(home / "result.json")
+    job_path = home / "job.json"
+    job_path.write_text(json.dumps(job))
+    run = run_child([*CHILD, str(job_path)], home, config.attempt_timeout_s, home / "child.log")
+    result_path = home / "result.json"
+    workloads = json.loads(result_path.read_text())["workloads"] if result_path.exists() else []
+    if run.exit_code not in (0, None) or run.timed_out:
+        log.info("child %s exited %s timed_out=%s", job["role"], run.exit_code, run.timed_out)
+    return _ChildResults(workloads, run.timed_out, run.exit_code, run.log, config.attempt_timeout_s)
+
+
+def _check_sets(problem: Problem, workload: Workload, index: int, config: EvalConfig,
+                dirs: dict[str, Path]) -> Check:
+    """Every correctness round and every timing set's last outputs, every output tensor."""
+    tolerance = workload.effective_tolerance
+    worst_abs = worst_rel = 0.0
+    ratio = 1.0
+    for s in range(config.correctness_rounds + config.timing_sets):
+        expected = torch.load(dirs["expected"] / f"w{index}_s{s}.pt", weights_only=True)
+        path = dirs["outputs"] / f"w{index}_s{s}.pt"
+        if not path.exists():
+            return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for input set {s}")
+        actual = torch.load(path, weights_only=True)
+        for name in problem.definition.outputs:
+            check = compare(name, actual.get(name), expected[name], tolerance)
+            if check.status is not Status.PASSED:
+                phase = "correctness round" if s < config.correctness_rounds else "timed run on input set"
+                return Check(check.status, f"{phase} {s}: {check.message}", check.max_absolute_error,
+                             check.max_relative_error, check.matched_ratio)
+            worst_abs = max(worst_abs, check.max_absolute_error)
+            worst_rel = max(worst_rel, check.max_relative_error)
+            ratio = min(ratio, check.matched_ratio)
+    return Check(Status.PASSED, "", worst_abs, worst_rel, ratio)
+
+
+def _trace(problem: Problem, solution: Solution, workload: Workload, outcome: _Outcome, config: EvalConfig,
+           attempt: AttemptInfo | None) -> Trace:
+    correctness = performance = None
+    if outcome.check is not None and outcome.status in (Status.PASSED, Status.INCORRECT_NUMERICAL):
+        correctness = Correctness(max_absolute_error=outcome.check.max_absolute_error,
+                                  max_relative_error=outcome.check.max_relative_error,
+                                  extra={"matched_ratio": outcome.check.matched_ratio})
+    if outcome.status is Status.PASSED:
+        performance = Performance(latency_ms=outcome.latency_ms, reference_latency_ms=outcome.reference_ms,
+                                  speedup_factor=outcome.reference_ms / max(outcome.latency_ms, 1e-9))
+    evaluation = Evaluation(status=outcome.status, environment=environment(config.device),
+                            timestamp=datetime.now(timezone.utc).isoformat(), log=outcome.message,
+                            correctness=correctness, performance=performance)
+    return Trace(definition=problem.name, workload=workload, solution=solution.name, evaluation=evaluation,
+                 attempt=attempt)
+
+
+def _summarize(traces: list[Trace], outcomes: list[_Outcome]) -> AttemptResult:
+    failed = [t.evaluation for t in traces if t.evaluation.status is not Status.PASSED]
+    passed = [t.evaluation.performance for t in traces if t.evaluation.status is Status.PASSED]
+    if failed or not traces:
+        first = failed[0] if failed else None
+        status = first.status if first else Status.RUNTIME_ERROR
+        return AttemptResult(status, traces, None, None, len(passed), first.log if first else "no workloads")
+    latency = sum(p.latency_ms for p in passed) / len(passed)
+    speedup = math.exp(sum(math.log(max(p.speedup_factor, 1e-12)) for p in passed) / len(passed))
+    return AttemptResult(Status.PASSED, traces, latency, speedup, len(passed), "")
+
+
+def environment(device: str) -> Environment:
+    libs = {"torch": torch.__version__}
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return Environment(hardware=torch.cuda.get_device_name(torch.device(device)), libs=libs)
+    return Environment(hardware=f"CPU {_cpu_name()}", libs=libs)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _scratch(config: EvalConfig) -> str | None:
+    """Input and output sets go through files: prefer memory-backed /dev/shm when it has room."""
+    if config.scratch_dir is not None:
+        config.scratch_dir.mkdir(parents=True, exist_ok=True)
+        return str(config.scratch_dir)
+    shm = Path("/dev/shm")
+    if shm.is_dir() and shutil.disk_usage(shm).free > 2 << 30:
+        return str(shm)
+    return None

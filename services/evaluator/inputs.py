@@ -1,0 +1,109 @@
+"""Inputs for one workload: random by dtype, scalar, safetensors, or the definition's custom
+entrypoint. Every set is drawn from its own seed, which only the trusted side knows.
+
+Random floats are standard normal for every tensor, weights and biases included: an all-ones
+norm weight would let a kernel that forgets the weight pass.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from shared.schema import CustomInput, Definition, RandomInput, SafetensorsInput, ScalarInput, Workload
+from shared.schema.definition import DType
+
+TORCH_DTYPES: dict[DType, torch.dtype] = {
+    DType.FLOAT64: torch.float64,
+    DType.FLOAT32: torch.float32,
+    DType.FLOAT16: torch.float16,
+    DType.BFLOAT16: torch.bfloat16,
+    DType.FLOAT8_E4M3FN: torch.float8_e4m3fn,
+    DType.FLOAT8_E5M2: torch.float8_e5m2,
+    DType.INT64: torch.int64,
+    DType.INT32: torch.int32,
+    DType.INT16: torch.int16,
+    DType.INT8: torch.int8,
+    DType.BOOL: torch.bool,
+}
+if hasattr(torch, "float4_e2m1fn_x2"):
+    TORCH_DTYPES[DType.FLOAT4_E2M1FN_X2] = torch.float4_e2m1fn_x2
+
+
+class InputError(Exception):
+    """The workload's inputs cannot be made (missing file, unknown dtype...): not the kernel's fault."""
+
+
+def torch_dtype(dtype: DType) -> torch.dtype:
+    try:
+        return TORCH_DTYPES[dtype]
+    except KeyError:
+        raise InputError(f"dtype {dtype.value} is not supported by torch {torch.__version__}") from None
+
+
+def random_tensor(shape: tuple[int, ...], dtype: torch.dtype, generator: torch.Generator,
+                  device: torch.device) -> torch.Tensor:
+    if dtype == getattr(torch, "float4_e2m1fn_x2", None):  # two packed FP4 values per byte
+        return torch.randint(0, 256, shape, generator=generator, dtype=torch.uint8).view(dtype).to(device)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=generator, dtype=torch.float32).to(dtype).to(device)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=generator).bool().to(device)
+    return torch.randint(-64, 64, shape, generator=generator, dtype=dtype).to(device)
+
+
+def make_inputs(definition: Definition, workload: Workload, seed: int, device: torch.device,
+                problem_root: Path | None, reference: ModuleType | None) -> dict[str, Any]:
+    """One input set, keyed and ordered like `definition.inputs`."""
+    axes = definition.resolve_axes(workload.axes)
+    specs = workload.inputs
+    if specs and all(isinstance(s, CustomInput) for s in specs.values()):
+        return _custom_inputs(definition, workload, axes, seed, device, reference)
+    generator = torch.Generator().manual_seed(seed)
+    values: dict[str, Any] = {}
+    for name, tensor_spec in definition.inputs.items():
+        spec = specs[name]
+        if isinstance(spec, ScalarInput):
+            values[name] = spec.value
+        elif isinstance(spec, SafetensorsInput):
+            values[name] = _load_safetensors(spec, problem_root, device)
+        elif isinstance(spec, RandomInput):
+            shape = definition.shape_of(tensor_spec, axes)
+            if shape is None:
+                raise InputError(f"input `{name}` is a scalar (shape null) but its workload type is random")
+            values[name] = random_tensor(shape, torch_dtype(tensor_spec.dtype), generator, device)
+        else:
+            raise InputError(f"input `{name}`: {spec.type} inputs cannot be mixed with others")
+    return values
+
+
+def _custom_inputs(definition: Definition, workload: Workload, axes: dict[str, int], seed: int,
+                   device: torch.device, reference: ModuleType | None) -> dict[str, Any]:
+    entry = definition.custom_inputs_entrypoint
+    if reference is None or entry is None or not hasattr(reference, entry):
+        raise InputError(f"custom inputs need the reference function {entry!r}")
+    torch.manual_seed(seed)
+    produced = getattr(reference, entry)(dict(axes), device)
+    if not isinstance(produced, dict):
+        raise InputError(f"{entry} returned {type(produced).__name__}, not a dict of inputs")
+    missing = [n for n in definition.inputs if n not in produced]
+    if missing:
+        raise InputError(f"{entry} did not produce inputs {missing}")
+    return {name: produced[name] for name in definition.inputs}
+
+
+def _load_safetensors(spec: SafetensorsInput, problem_root: Path | None, device: torch.device) -> torch.Tensor:
+    path = Path(spec.path)
+    if not path.is_absolute() and problem_root is not None:
+        path = problem_root / path
+    if not path.exists():
+        raise InputError(f"safetensors file not found: {path} (workload input needs key {spec.tensor_key!r})")
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as handle:
+        if spec.tensor_key not in handle.keys():
+            raise InputError(f"{path} has no tensor {spec.tensor_key!r}")
+        return handle.get_tensor(spec.tensor_key).to(device)

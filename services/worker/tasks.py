@@ -1,0 +1,22 @@
+"""The `write` task: run one assignment, then tell the planner it is done."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from services.worker.write import run_assignment
+from shared.celery_app import ASSIGNMENT_DONE, EVALUATE, WRITE, evaluate_queue
+from shared.errors import RetryableError
+from shared.runtime import Runtime
+
+
+def register(app: Celery, runtime: Runtime) -> None:
+    def send_evaluate(attempt_id: str, device: str) -> None:
+        app.send_task(EVALUATE, args=[attempt_id, device], queue=evaluate_queue(device))
+
+    @app.task(name=WRITE, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True,
+              max_retries=5)
+    def write(assignment_id: int) -> int:
+        made = run_assignment(runtime, assignment_id, send_evaluate)
+        app.send_task(ASSIGNMENT_DONE, args=[assignment_id])
+        return made

@@ -1,0 +1,121 @@
+"""The system of record: problems, solutions, campaigns, assignments, attempts and traces.
+
+Large or binary content (solution sources, logs, traces as JSONL) lives in the object store,
+addressed by SHA-256; rows keep the hash.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class ProblemRow(Base):
+    __tablename__ = "problems"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    op_type: Mapped[str | None] = mapped_column(String(64))
+    description: Mapped[str | None] = mapped_column(Text)
+    source_path: Mapped[str | None] = mapped_column(Text)
+    definition_json: Mapped[str] = mapped_column(Text)
+    workloads_jsonl: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class SolutionRow(Base):
+    __tablename__ = "solutions"
+
+    hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    name: Mapped[str] = mapped_column(String(255))
+    author: Mapped[str] = mapped_column(String(255))
+    language: Mapped[str] = mapped_column(String(32))
+    parent_hash: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CampaignRow(Base):
+    __tablename__ = "campaigns"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    status: Mapped[str] = mapped_column(String(16), default="RUNNING")  # RUNNING, STOPPED
+    device: Mapped[str] = mapped_column(String(16), default="cpu")
+    writers: Mapped[int] = mapped_column(Integer, default=1)
+    attempts_per_assignment: Mapped[int] = mapped_column(Integer, default=4)
+    next_index: Mapped[int] = mapped_column(Integer, default=0)  # round-robin cursor
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    stopped_at: Mapped[datetime | None] = mapped_column()
+
+
+class CampaignProblemRow(Base):
+    __tablename__ = "campaign_problems"
+
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id"), primary_key=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    best_attempt_id: Mapped[str | None] = mapped_column(ForeignKey("attempts.id"))
+
+
+class AssignmentRow(Base):
+    __tablename__ = "assignments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id"))
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    status: Mapped[str] = mapped_column(String(16), default="QUEUED")  # QUEUED, RUNNING, DONE
+    worker: Mapped[str | None] = mapped_column(String(255))
+    budget_attempts: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()
+
+
+class AttemptRow(Base):
+    """One evaluation of one solution on a problem's workloads. `status` is PENDING or RUNNING
+    until the evaluator finishes, then the attempt's overall status (PASSED only if every
+    evaluated workload passed)."""
+
+    __tablename__ = "attempts"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    solution_hash: Mapped[str] = mapped_column(ForeignKey("solutions.hash"))
+    campaign_id: Mapped[int | None] = mapped_column(ForeignKey("campaigns.id"))
+    assignment_id: Mapped[int | None] = mapped_column(ForeignKey("assignments.id"))
+    status: Mapped[str] = mapped_column(String(32), default="PENDING")
+    device: Mapped[str] = mapped_column(String(16))
+    hardware: Mapped[str | None] = mapped_column(String(128))
+    worker: Mapped[str | None] = mapped_column(String(255))
+    workloads_total: Mapped[int] = mapped_column(Integer, default=0)
+    workloads_passed: Mapped[int] = mapped_column(Integer, default=0)
+    latency_ms: Mapped[float | None] = mapped_column(Float)  # mean over workloads
+    speedup: Mapped[float | None] = mapped_column(Float)  # geomean of reference/latency
+    message: Mapped[str | None] = mapped_column(Text)
+    traces_hash: Mapped[str | None] = mapped_column(String(64))  # traces JSONL in the store
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()
+
+
+class TraceRow(Base):
+    __tablename__ = "traces"
+    __table_args__ = (UniqueConstraint("attempt_id", "workload_uuid"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[str] = mapped_column(ForeignKey("attempts.id"))
+    workload_uuid: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(32))
+    latency_ms: Mapped[float | None] = mapped_column(Float)
+    reference_latency_ms: Mapped[float | None] = mapped_column(Float)
+    speedup: Mapped[float | None] = mapped_column(Float)
+    trace_json: Mapped[str] = mapped_column(Text)

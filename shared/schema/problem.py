@@ -1,0 +1,107 @@
+"""A problem is a folder: `definition.json`, `workload.jsonl`, optional `solutions/*.json`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.errors import FormatError
+from shared.schema.base import parse_model, read_json, read_jsonl
+from shared.schema.definition import AxisVar, Definition
+from shared.schema.solution import Solution
+from shared.schema.workload import CustomInput, ScalarInput, Workload
+
+
+@dataclass(frozen=True)
+class Problem:
+    definition: Definition
+    workloads: tuple[Workload, ...]
+    root: Path | None = None
+    seeds: tuple[Solution, ...] = field(default=())
+
+    @property
+    def name(self) -> str:
+        return self.definition.name
+
+
+def load_problem(root: Path, with_seeds: bool = True) -> Problem:
+    """Load and cross-check a problem folder. Runs nothing; any mistake is a FormatError."""
+    root = Path(root)
+    if not root.is_dir():
+        raise FormatError(f"{root}: not a problem folder")
+    def_path = root / "definition.json"
+    definition = parse_model(Definition, read_json(def_path), str(def_path))
+    try:
+        definition.check_run_signature()
+    except ValueError as error:
+        raise FormatError(f"{def_path}: $.reference: {error}") from None
+    wl_path = root / "workload.jsonl"
+    workloads = []
+    for number, data in read_jsonl(wl_path):
+        source = f"{wl_path}:{number}"
+        workload = parse_model(Workload, data, source)
+        check_workload(definition, workload, source)
+        workloads.append(workload)
+    if not workloads:
+        raise FormatError(f"{wl_path}: no workloads")
+    uuids = [w.uuid for w in workloads]
+    if len(set(uuids)) != len(uuids):
+        raise FormatError(f"{wl_path}: duplicate workload uuids")
+    seeds = tuple(_load_seeds(root, definition)) if with_seeds else ()
+    return Problem(definition, tuple(workloads), root, seeds)
+
+
+def check_workload(definition: Definition, workload: Workload, source: str) -> None:
+    """The workload must fit the definition: every var axis, exactly the inputs, sane types."""
+    def fail(path: str, message: str) -> None:
+        raise FormatError(f"{source}: {path}: {message}")
+
+    for name in workload.axes:
+        if name not in definition.axes:
+            fail(f"$.axes.{name}", f"not an axis of {definition.name}")
+        elif not isinstance(definition.axes[name], AxisVar):
+            fail(f"$.axes.{name}", "only `var` axes take a value in a workload")
+    for name, axis in definition.axes.items():
+        if isinstance(axis, AxisVar) and name not in workload.axes:
+            fail("$.axes", f"no value for var axis `{name}`")
+    if set(workload.inputs) != set(definition.inputs):
+        missing = sorted(set(definition.inputs) - set(workload.inputs))
+        extra = sorted(set(workload.inputs) - set(definition.inputs))
+        fail("$.inputs", f"inputs do not match the definition (missing {missing}, unknown {extra})")
+    for name, spec in workload.inputs.items():
+        if isinstance(spec, CustomInput) and definition.custom_inputs_entrypoint is None:
+            fail(f"$.inputs.{name}", "custom input but the definition has no custom_inputs_entrypoint")
+        if definition.inputs[name].shape is None and not isinstance(spec, (ScalarInput, CustomInput)):
+            fail(f"$.inputs.{name}", "a scalar (shape null) input must be `scalar` or `custom`")
+    try:
+        definition.resolve_axes(workload.axes)
+    except ValueError as error:
+        fail("$.axes", str(error))
+
+
+def load_solution(path: Path) -> Solution:
+    return parse_model(Solution, read_json(Path(path)), str(path))
+
+
+def _load_seeds(root: Path, definition: Definition) -> list[Solution]:
+    seeds = []
+    for path in sorted((root / "solutions").glob("*.json")):
+        solution = load_solution(path)
+        if solution.definition != definition.name:
+            raise FormatError(f"{path}: $.definition: {solution.definition!r} is not {definition.name!r}")
+        seeds.append(solution)
+    return seeds
+
+
+def find_problems(roots: list[Path]) -> list[Path]:
+    """Problem folders at or below each root (a folder holding definition.json)."""
+    found = []
+    for root in roots:
+        root = Path(root)
+        if (root / "definition.json").exists():
+            found.append(root)
+        elif root.is_dir():
+            found.extend(sorted(p.parent for p in root.rglob("definition.json")))
+        else:
+            raise FormatError(f"{root}: no such problem folder")
+    return found

@@ -1,0 +1,100 @@
+"""Trace: one solution evaluated on one workload (SOL-ExecBench format plus our additions)."""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+from typing import Any
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from shared.schema.base import Frozen, NonEmptyStr
+from shared.schema.workload import Workload
+
+
+class Status(str, Enum):
+    PASSED = "PASSED"
+    COMPILE_ERROR = "COMPILE_ERROR"
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    TIMEOUT = "TIMEOUT"
+    INCORRECT_SHAPE = "INCORRECT_SHAPE"
+    INCORRECT_DTYPE = "INCORRECT_DTYPE"
+    INCORRECT_NUMERICAL = "INCORRECT_NUMERICAL"
+    REWARD_HACK = "REWARD_HACK"
+    INVALID_REFERENCE = "INVALID_REFERENCE"
+    UNSUPPORTED = "UNSUPPORTED"
+
+
+class Correctness(Frozen):
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
+
+    max_relative_error: float = 0.0
+    max_absolute_error: float = 0.0
+    extra: dict[str, Any] | None = None
+
+    @field_validator("max_relative_error", "max_absolute_error")
+    @classmethod
+    def _non_negative(cls, value: float) -> float:
+        if not math.isnan(value) and value < 0:
+            raise ValueError("must be non-negative or NaN")
+        return value
+
+
+class Performance(Frozen):
+    latency_ms: float = Field(default=0.0, ge=0.0)
+    reference_latency_ms: float = Field(default=0.0, ge=0.0)
+    speedup_factor: float = Field(default=0.0, ge=0.0)
+
+
+class Environment(Frozen):
+    hardware: NonEmptyStr
+    libs: dict[str, str] = Field(default_factory=dict)
+
+
+class SolScore(Frozen):
+    """Ours: the speed-of-light figures behind a trace's score (filled by the SOL model)."""
+
+    t_sol_ms: float
+    t_baseline_ms: float
+    score: float
+    bound: str
+    hardware: str
+
+
+class Evaluation(Frozen):
+    status: Status
+    environment: Environment
+    timestamp: NonEmptyStr
+    log: str = ""
+    correctness: Correctness | None = None
+    performance: Performance | None = None
+    sol: SolScore | None = None
+
+    @model_validator(mode="after")
+    def _metrics_match_status(self) -> Evaluation:
+        needs_correctness = self.status in (Status.PASSED, Status.INCORRECT_NUMERICAL, Status.REWARD_HACK)
+        if needs_correctness != (self.correctness is not None):
+            raise ValueError(f"correctness must {'' if needs_correctness else 'not '}be given for {self.status.value}")
+        needs_performance = self.status is Status.PASSED
+        if needs_performance != (self.performance is not None):
+            raise ValueError(f"performance must {'' if needs_performance else 'not '}be given for {self.status.value}")
+        return self
+
+
+class AttemptInfo(Frozen):
+    """Ours: who made the attempt and what it cost."""
+
+    campaign: str | None = None
+    worker: str | None = None
+    model: str | None = None
+    parent: str | None = None
+    tokens: int = 0
+    gpu_seconds: float = 0.0
+
+
+class Trace(Frozen):
+    definition: NonEmptyStr
+    workload: Workload
+    solution: str | None = None
+    evaluation: Evaluation | None = None
+    attempt: AttemptInfo | None = None

@@ -1,0 +1,76 @@
+"""One Settings object per process, built by the entry point from KERNELSWARM_* variables."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from shared.errors import UserError
+
+PREFIX = "KERNELSWARM_"
+
+
+class Settings(BaseModel):
+    """Working defaults for one machine: SQLite and the object store under `home`, Redis started
+    by `kernelswarm up` when `redis_url` is not given."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    home: Path = Path(".kernelswarm")
+    database_url: str | None = None
+    redis_url: str | None = None
+    store_url: str | None = None  # file:///dir (default under home) or s3://bucket
+    minio_endpoint: str = "localhost:9000"
+    minio_access_key: str = "minioadmin"
+    minio_secret_key: str = "minioadmin"
+    minio_secure: bool = False
+    problems_dir: Path = Path("problems")
+    device: str = "cpu"
+    # Evaluation.
+    correctness_rounds: int = 3
+    timing_sets: int = 2
+    warmup_runs: int = 2
+    timing_runs: int = 20
+    timing_budget_s: float = 1.0
+    attempt_timeout_s: float = 300.0
+    scratch_dir: Path | None = None
+    # Writers and planner.
+    writers: int = 3
+    attempts_per_assignment: int = 4
+    attempt_wait_s: float = 600.0
+    web_port: int = 8000
+    log_level: str = "INFO"
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home.resolve() / 'kernelswarm.db'}"
+
+    @property
+    def object_store_url(self) -> str:
+        return self.store_url or f"file://{self.home.resolve() / 'store'}"
+
+    @property
+    def broker_url(self) -> str:
+        if not self.redis_url:
+            raise UserError("no Redis: set KERNELSWARM_REDIS_URL or start the swarm with `kernelswarm up`")
+        return self.redis_url
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read `KERNELSWARM_<FIELD>` for every field; keyword overrides win."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            key = PREFIX + name.upper()
+            if key in environ and environ[key] != "":
+                values[name] = environ[key]
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            return cls.model_validate(values)
+        except ValidationError as error:
+            problems = "; ".join(f"{PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}" for e in error.errors())
+            raise UserError(f"bad settings: {problems}") from None

@@ -1,0 +1,145 @@
+"""Content-addressed object store: bytes in, SHA-256 out. A local directory or MinIO/S3."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlparse
+
+from shared.errors import NotFoundError, StoreError, UserError
+from shared.settings import Settings
+
+_HASH = re.compile(r"^[0-9a-f]{64}$")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_hash(digest: str) -> str:
+    if not _HASH.fullmatch(digest):  # not match(): `$` also matches before a final newline
+        raise UserError(f"not a SHA-256 hex digest: {digest!r}")
+    return digest
+
+
+class ObjectStore(Protocol):
+    def put(self, data: bytes) -> str: ...
+    def get(self, digest: str) -> bytes: ...
+    def exists(self, digest: str) -> bool: ...
+
+
+class LocalStore:
+    """Objects under `root/ab/cdef...`; writes go through a temp file and an atomic rename."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, digest: str) -> Path:
+        _check_hash(digest)
+        return self.root / digest[:2] / digest[2:]
+
+    def put(self, data: bytes) -> str:
+        digest = sha256(data)
+        path = self._path(digest)
+        if path.exists():
+            return digest
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+        return digest
+
+    def get(self, digest: str) -> bytes:
+        try:
+            return self._path(digest).read_bytes()
+        except FileNotFoundError:
+            raise NotFoundError(f"object {digest} not in the store") from None
+
+    def exists(self, digest: str) -> bool:
+        return self._path(digest).exists()
+
+
+class MinioStore:
+    """Objects named `sha256/<digest>` in one bucket, created when missing."""
+
+    def __init__(self, client, bucket: str) -> None:
+        from minio.error import MinioException, S3Error
+        from urllib3.exceptions import HTTPError
+
+        self._client, self.bucket, self._s3_error = client, bucket, S3Error
+        # Transport faults (refused, timed out, dropped) come from urllib3 and are not OSErrors;
+        # a non-S3 error reply (a proxy's bare 503) is a MinioException.
+        self._io_errors = (OSError, HTTPError, MinioException)
+        try:
+            if not client.bucket_exists(bucket):
+                client.make_bucket(bucket)
+        except S3Error as error:
+            if error.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise StoreError(f"cannot create bucket {bucket}: {error}") from error
+        except self._io_errors as error:
+            raise StoreError(f"object store unreachable: {error}") from error
+
+    @staticmethod
+    def _name(digest: str) -> str:
+        return f"sha256/{_check_hash(digest)}"
+
+    def put(self, data: bytes) -> str:
+        digest = sha256(data)
+        if self.exists(digest):
+            return digest
+        try:
+            self._client.put_object(self.bucket, self._name(digest), io.BytesIO(data), len(data))
+        except self._io_errors as error:
+            raise StoreError(f"cannot write {digest}: {error}") from error
+        return digest
+
+    def get(self, digest: str) -> bytes:
+        response = None
+        try:
+            response = self._client.get_object(self.bucket, self._name(digest))
+            data = response.read()
+        except self._s3_error as error:
+            if error.code == "NoSuchKey":
+                raise NotFoundError(f"object {digest} not in the store") from None
+            raise StoreError(f"cannot read {digest}: {error}") from error
+        except self._io_errors as error:
+            raise StoreError(f"cannot read {digest}: {error}") from error
+        finally:
+            if response is not None:
+                response.close()
+                response.release_conn()
+        if sha256(data) != digest:
+            raise StoreError(f"object {digest} is corrupt in the store")
+        return data
+
+    def exists(self, digest: str) -> bool:
+        try:
+            self._client.stat_object(self.bucket, self._name(digest))
+            return True
+        except self._s3_error as error:
+            if error.code in ("NoSuchKey", "NoSuchObject", "NotFound"):
+                return False
+            raise StoreError(f"cannot stat {digest}: {error}") from error
+        except self._io_errors as error:
+            raise StoreError(f"cannot stat {digest}: {error}") from error
+
+
+def open_store(settings: Settings) -> ObjectStore:
+    """`file:///dir` or `s3://bucket` (MinIO endpoint and keys from settings)."""
+    url = urlparse(settings.object_store_url)
+    if url.scheme == "file":
+        return LocalStore(Path(url.path))
+    if url.scheme == "s3":
+        from minio import Minio
+
+        client = Minio(settings.minio_endpoint, access_key=settings.minio_access_key,
+                       secret_key=settings.minio_secret_key, secure=settings.minio_secure)
+        return MinioStore(client, url.netloc)
+    raise UserError(f"store URL must be file:// or s3://, got {settings.object_store_url!r}")

@@ -1,0 +1,169 @@
+"""shared.leaderboard: best selection, status, ordering, campaign scope and query count."""
+
+from __future__ import annotations
+
+from datetime import timezone
+
+import pytest
+from rich.console import Console
+from sqlalchemy import event
+
+from shared.errors import NotFoundError
+from shared.leaderboard import leaderboard, render_table, summarize
+
+
+def board_of(db, campaign_id=None):
+    with db.session() as session:
+        return leaderboard(session, campaign_id)
+
+
+def by_name(board):
+    return {entry.name: entry for entry in board.problems}
+
+
+def test_faster_passed_attempt_is_best_and_failures_never_count(db, seed):
+    p = seed.problem("softmax", op_type="softmax")
+    seed.attempt(p, "PASSED", speedup=1.5, latency_ms=2.0, minute=1, language="pytorch", author="alice")
+    fast = seed.attempt(p, "PASSED", speedup=2.5, latency_ms=1.2, minute=2, language="triton", author="bob")
+    seed.attempt(p, "INCORRECT_NUMERICAL", speedup=40.0, latency_ms=0.05, minute=3)
+    seed.attempt(p, "REWARD_HACK", speedup=100.0, latency_ms=0.01, minute=4)
+    seed.attempt(p, "RUNNING", speedup=500.0, latency_ms=0.001, minute=5)
+
+    entry = by_name(board_of(db))["softmax"]
+
+    assert entry.best_attempt_id == fast
+    assert (entry.speedup, entry.best_latency_ms) == (2.5, 1.2)
+    assert (entry.language, entry.author) == ("triton", "bob")
+    assert entry.op_type == "softmax"
+    assert entry.status == "PASSED"  # although the latest finished attempt is a REWARD_HACK
+    assert (entry.attempts, entry.passed_attempts) == (4, 2)  # the RUNNING one is not finished
+    assert entry.last_attempt_at is not None
+    assert entry.last_attempt_at.tzinfo is not None
+    assert entry.last_attempt_at.astimezone(timezone.utc).minute == 4
+
+
+def test_speedup_ties_go_to_lower_latency_then_earlier(db, seed):
+    p = seed.problem("gemm")
+    seed.attempt(p, "PASSED", speedup=2.0, latency_ms=1.5, minute=1)
+    earlier = seed.attempt(p, "PASSED", speedup=2.0, latency_ms=1.0, minute=2)
+    seed.attempt(p, "PASSED", speedup=2.0, latency_ms=1.0, minute=3)
+
+    assert by_name(board_of(db))["gemm"].best_attempt_id == earlier
+
+
+def test_status_falls_back_to_latest_finished_attempt(db, seed):
+    failing = seed.problem("failing")
+    seed.attempt(failing, "COMPILE_ERROR", minute=1)
+    seed.attempt(failing, "TIMEOUT", minute=5)
+    seed.attempt(failing, "RUNTIME_ERROR", minute=3)
+    seed.attempt(failing, "PENDING", minute=9)
+    seed.problem("untouched")
+    pending_only = seed.problem("pending-only")
+    seed.attempt(pending_only, "PENDING", minute=1)
+
+    entries = by_name(board_of(db))
+
+    assert entries["failing"].status == "TIMEOUT"
+    assert (entries["failing"].attempts, entries["failing"].passed_attempts) == (3, 0)
+    assert entries["failing"].best_attempt_id is None
+    assert entries["failing"].speedup is None
+    for name in ("untouched", "pending-only"):
+        assert entries[name].status == "NO_ATTEMPTS"
+        assert entries[name].attempts == 0
+        assert entries[name].last_attempt_at is None
+
+
+def test_sorted_by_speedup_then_unsolved_by_name(db, seed):
+    seed.attempt(seed.problem("alpha"), "PASSED", speedup=2.0, latency_ms=1.0)
+    seed.attempt(seed.problem("zeta"), "PASSED", speedup=3.0, latency_ms=1.0)
+    seed.attempt(seed.problem("mid"), "PASSED", speedup=0.5, latency_ms=1.0)
+    seed.attempt(seed.problem("beta"), "INCORRECT_SHAPE", speedup=9.0)
+    seed.problem("aardvark")
+
+    assert [e.name for e in board_of(db).problems] == ["zeta", "alpha", "mid", "aardvark", "beta"]
+
+
+def test_campaign_scope_limits_problems_and_attempts(db, seed):
+    p1, p2, p3 = seed.problem("p1"), seed.problem("p2"), seed.problem("p3")
+    campaign = seed.campaign([p1, p2])
+    other = seed.campaign([p1, p3])
+    mine = seed.attempt(p1, "PASSED", speedup=1.5, latency_ms=1.0, campaign_id=campaign, minute=1)
+    theirs = seed.attempt(p1, "PASSED", speedup=5.0, latency_ms=0.3, campaign_id=other, minute=2)
+    seed.attempt(p1, "PASSED", speedup=9.0, latency_ms=0.1, minute=3)  # outside any campaign
+    seed.attempt(p2, "TIMEOUT", campaign_id=campaign, minute=1)
+    seed.attempt(p2, "PASSED", speedup=2.0, latency_ms=1.0, campaign_id=other, minute=2)
+
+    board = board_of(db, campaign)
+
+    assert board.campaign_id == campaign
+    assert [e.name for e in board.problems] == ["p1", "p2"]
+    entries = by_name(board)
+    assert entries["p1"].best_attempt_id == mine
+    assert entries["p1"].attempts == 1
+    assert (entries["p2"].status, entries["p2"].attempts) == ("TIMEOUT", 1)
+
+    everything = by_name(board_of(db))
+    assert set(everything) == {"p1", "p2", "p3"}
+    assert everything["p1"].speedup == 9.0
+    assert everything["p1"].attempts == 3
+    assert by_name(board_of(db, other))["p1"].best_attempt_id == theirs
+
+
+def test_unknown_campaign_is_not_found(db, seed):
+    seed.problem("p1")
+    with pytest.raises(NotFoundError):
+        board_of(db, 42)
+
+
+def test_query_count_does_not_grow_with_problems_or_attempts(db, seed):
+    for i in range(15):
+        p = seed.problem(f"p{i:02d}")
+        for minute in range(4):
+            seed.attempt(p, "PASSED" if minute % 2 else "RUNTIME_ERROR", speedup=1.0 + i + minute,
+                         latency_ms=1.0, minute=minute)
+    statements = []
+    event.listen(db.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+
+    board = board_of(db)
+
+    assert len(board.problems) == 15
+    assert board.problems[0].name == "p14"
+    assert board.problems[0].speedup == 1.0 + 14 + 3
+    assert len(statements) <= 4
+
+
+def test_summary_counts_solved_and_geomean(db, seed):
+    seed.attempt(seed.problem("a"), "PASSED", speedup=4.0, latency_ms=1.0)
+    seed.attempt(seed.problem("b"), "PASSED", speedup=1.0, latency_ms=1.0)
+    seed.attempt(seed.problem("c"), "COMPILE_ERROR")
+    seed.problem("d")
+
+    summary = summarize(board_of(db))
+
+    assert (summary.problems, summary.solved) == (4, 2)
+    assert summary.geomean_speedup == pytest.approx(2.0)
+    assert summary.beating_reference == pytest.approx(0.25)
+    assert summary.above_2x == pytest.approx(0.25)
+
+
+def test_render_table_has_a_row_per_problem(db, seed):
+    seed.attempt(seed.problem("rmsnorm"), "PASSED", speedup=3.25, latency_ms=0.5, language="cuda")
+    seed.attempt(seed.problem("topk"), "TIMEOUT")
+
+    table = render_table(board_of(db))
+    console = Console(width=200, record=True, color_system=None)
+    console.print(table)
+    text = console.export_text()
+
+    assert table.row_count == 2
+    assert "rmsnorm" in text and "3.25x" in text and "PASSED" in text
+    assert "topk" in text and "TIMEOUT" in text
+    assert text.index("rmsnorm") < text.index("topk")
+
+
+def test_passed_without_speedup_ranks_after_speedups_but_before_unsolved(db, seed):
+    seed.attempt(seed.problem("zz-no-reference"), "PASSED", speedup=None, latency_ms=1.0)
+    seed.attempt(seed.problem("mm-fast"), "PASSED", speedup=0.9, latency_ms=1.0)
+    seed.attempt(seed.problem("aa-failed"), "TIMEOUT")
+
+    assert [e.name for e in board_of(db).problems] == ["mm-fast", "zz-no-reference", "aa-failed"]
