@@ -92,11 +92,12 @@ def _campaign_running(runtime: Runtime, campaign_id: int) -> bool:
 
 
 def _wait(runtime: Runtime, attempt_id: str) -> str:
+    """The attempt's status once finished, or its in-flight status when `attempt_wait_s` runs out."""
     deadline = time.monotonic() + runtime.settings.attempt_wait_s
-    while time.monotonic() < deadline:
+    while True:
         with runtime.db.session() as session:
             status = session.get(AttemptRow, attempt_id).status
-        if status not in IN_FLIGHT:
+        remaining_s = deadline - time.monotonic()
+        if status not in IN_FLIGHT or remaining_s <= 0:
             return status
-        time.sleep(POLL_S)
-    return "PENDING"
+        time.sleep(min(POLL_S, remaining_s))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import sys
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta

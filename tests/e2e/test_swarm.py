@@ -1,0 +1,120 @@
+"""The whole loop on one machine: real redis-server, real Celery workers, real child processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from kernelswarm.launcher import RedisServer, Services, free_port
+from services.planner.campaign import create_campaign, stop_campaign
+from services.web import create_app
+from shared.celery_app import PLAN_TICK, make_celery
+from shared.db import AssignmentRow, AttemptRow, CampaignProblemRow, Database, ProblemRow, TraceRow
+from shared.repository import upsert_problem
+from shared.schema import Trace, load_problem
+from shared.schema.problem import find_problems
+from shared.settings import Settings
+from shared.store import open_store
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+PROBLEMS = REPO / "problems"
+DEADLINE_S = 420
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    server = RedisServer(tmp_path / "redis")
+    yield server.url
+    server.stop()
+
+
+def fast_settings(tmp_path: Path, **extra) -> Settings:
+    return Settings(home=tmp_path / "home", problems_dir=PROBLEMS, writers=3,
+                    correctness_rounds=2, timing_sets=1, warmup_runs=1, timing_runs=5, timing_budget_s=0.3,
+                    attempt_timeout_s=120, **extra)
+
+
+def problems_with_best(db: Database, campaign_id: int) -> set[str]:
+    """Problems for which the planner has recorded a best (PASSED) attempt."""
+    with db.session() as session:
+        return set(session.scalars(
+            select(ProblemRow.name).join(CampaignProblemRow, CampaignProblemRow.problem_id == ProblemRow.id)
+            .join(AttemptRow, AttemptRow.id == CampaignProblemRow.best_attempt_id)
+            .where(CampaignProblemRow.campaign_id == campaign_id, AttemptRow.status == "PASSED")))
+
+
+def test_campaign_reaches_passed_attempts_in_db_and_api(tmp_path, redis_url):
+    settings = fast_settings(tmp_path, redis_url=redis_url, attempts_per_assignment=1)
+    problems = [load_problem(p) for p in find_problems([PROBLEMS])]
+    assert len(problems) == 3
+    db = Database(settings.db_url)
+    with db.session() as session:
+        ids = [upsert_problem(session, p).id for p in problems]
+    campaign_id = create_campaign(db, "e2e", ids, "cpu", settings.writers, settings.attempts_per_assignment)
+    services = Services(settings, tmp_path / "logs")
+    services.start()
+    try:
+        make_celery(settings).send_task(PLAN_TICK, args=[campaign_id])
+        deadline = time.monotonic() + DEADLINE_S
+        while problems_with_best(db, campaign_id) != {p.name for p in problems}:
+            dead = services.dead()
+            logs = {p.name: p.read_text()[-3000:] for p in (tmp_path / "logs").glob("*.log")}
+            assert not dead, f"services died: {dead}\n{logs}"
+            assert time.monotonic() < deadline, f"no PASSED attempt on every problem in time\n{logs}"
+            time.sleep(1)
+    finally:
+        stop_campaign(db, campaign_id)
+        services.stop()
+
+    store = open_store(settings)
+    with db.session() as session:
+        attempts = session.scalars(select(AttemptRow).where(AttemptRow.campaign_id == campaign_id,
+                                                            AttemptRow.status == "PASSED")).all()
+        for attempt in attempts:
+            assert attempt.speedup > 0 and attempt.latency_ms > 0
+            assert attempt.workloads_passed == attempt.workloads_total > 0
+            assert store.exists(attempt.solution_hash)
+            traces = [Trace.model_validate_json(line) for line in store.get(attempt.traces_hash).splitlines()]
+            assert {t.evaluation.status.value for t in traces} == {"PASSED"}
+            rows = session.scalar(select(func.count()).select_from(TraceRow).where(TraceRow.attempt_id == attempt.id))
+            assert rows == attempt.workloads_total
+        assert session.scalar(select(func.count()).select_from(AssignmentRow)
+                              .where(AssignmentRow.campaign_id == campaign_id)) >= 3
+
+    client = create_app(settings, db).test_client()
+    response = client.get(f"/api/leaderboard?campaign={campaign_id}")
+    assert response.status_code == 200
+    board = response.get_json()
+    assert {p["name"] for p in board["problems"]} == {p.name for p in problems}
+    for entry in board["problems"]:
+        assert entry["status"] == "PASSED"
+        assert entry["speedup"] > 0 and entry["passed_attempts"] >= 1
+
+
+def test_up_stops_by_itself_and_leaves_a_leaderboard(tmp_path):
+    settings_env = {
+        "KERNELSWARM_HOME": str(tmp_path / "home"),
+        "KERNELSWARM_PROBLEMS_DIR": str(PROBLEMS),
+        "KERNELSWARM_TIMING_BUDGET_S": "0.3",
+        "KERNELSWARM_CORRECTNESS_ROUNDS": "2",
+    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELSWARM_")} | settings_env
+    cli = [sys.executable, "-m", "kernelswarm.cli"]
+    up = subprocess.run([*cli, "up", "--device", "cpu", "--duration", "20", "--port", str(free_port())],
+                        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert up.returncode == 0, up.stderr[-4000:]
+    assert "attempts:" in up.stderr  # progress was shown
+    board = subprocess.run([*cli, "leaderboard", "--json"], env=env, cwd=tmp_path, capture_output=True,
+                           text=True, timeout=60)
+    assert board.returncode == 0, board.stderr
+    names = {p["name"] for p in json.loads(board.stdout)["problems"]}
+    assert names == {"llama31_8b_rmsnorm", "llama31_8b_swiglu", "llama31_8b_gemm_o_proj"}
