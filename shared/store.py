@@ -28,9 +28,13 @@ def _check_hash(digest: str) -> str:
 
 
 class ObjectStore(Protocol):
+    """Objects by content hash; build outputs (cubins) by the hash of their build inputs."""
+
     def put(self, data: bytes) -> str: ...
     def get(self, digest: str) -> bytes: ...
     def exists(self, digest: str) -> bool: ...
+    def put_build(self, key: str, data: bytes) -> None: ...
+    def get_build(self, key: str) -> bytes | None: ...
 
 
 class LocalStore:
@@ -47,14 +51,16 @@ class LocalStore:
     def put(self, data: bytes) -> str:
         digest = sha256(data)
         path = self._path(digest)
-        if path.exists():
-            return digest
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
+        if not path.exists():
+            _write_atomic(path, data)
         return digest
+
+    def put_build(self, key: str, data: bytes) -> None:
+        _write_atomic(self.root / "builds" / _check_hash(key), data)
+
+    def get_build(self, key: str) -> bytes | None:
+        path = self.root / "builds" / _check_hash(key)
+        return path.read_bytes() if path.exists() else None
 
     def get(self, digest: str) -> bytes:
         try:
@@ -64,6 +70,14 @@ class LocalStore:
 
     def exists(self, digest: str) -> bool:
         return self._path(digest).exists()
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.replace(tmp, path)
 
 
 class MinioStore:
@@ -92,32 +106,46 @@ class MinioStore:
 
     def put(self, data: bytes) -> str:
         digest = sha256(data)
-        if self.exists(digest):
-            return digest
-        try:
-            self._client.put_object(self.bucket, self._name(digest), io.BytesIO(data), len(data))
-        except self._io_errors as error:
-            raise StoreError(f"cannot write {digest}: {error}") from error
+        if not self.exists(digest):
+            self._write(self._name(digest), data)
         return digest
 
     def get(self, digest: str) -> bytes:
+        data = self._read(self._name(digest))
+        if data is None:
+            raise NotFoundError(f"object {digest} not in the store")
+        if sha256(data) != digest:
+            raise StoreError(f"object {digest} is corrupt in the store")
+        return data
+
+    def put_build(self, key: str, data: bytes) -> None:
+        self._write(f"builds/{_check_hash(key)}", data)
+
+    def get_build(self, key: str) -> bytes | None:
+        return self._read(f"builds/{_check_hash(key)}")
+
+    def _write(self, name: str, data: bytes) -> None:
+        try:
+            self._client.put_object(self.bucket, name, io.BytesIO(data), len(data))
+        except self._io_errors as error:
+            raise StoreError(f"cannot write {name}: {error}") from error
+
+    def _read(self, name: str) -> bytes | None:
+        """The object's bytes, or None when there is no such object."""
         response = None
         try:
-            response = self._client.get_object(self.bucket, self._name(digest))
-            data = response.read()
+            response = self._client.get_object(self.bucket, name)
+            return response.read()
         except self._s3_error as error:
             if error.code == "NoSuchKey":
-                raise NotFoundError(f"object {digest} not in the store") from None
-            raise StoreError(f"cannot read {digest}: {error}") from error
+                return None
+            raise StoreError(f"cannot read {name}: {error}") from error
         except self._io_errors as error:
-            raise StoreError(f"cannot read {digest}: {error}") from error
+            raise StoreError(f"cannot read {name}: {error}") from error
         finally:
             if response is not None:
                 response.close()
                 response.release_conn()
-        if sha256(data) != digest:
-            raise StoreError(f"object {digest} is corrupt in the store")
-        return data
 
     def exists(self, digest: str) -> bool:
         try:

@@ -78,7 +78,11 @@ def update_best(session, campaign_id: int, problem_id: int) -> str | None:
     best = session.scalars(select(AttemptRow.id).where(
         AttemptRow.campaign_id == campaign_id, AttemptRow.problem_id == problem_id,
         AttemptRow.status == "PASSED", AttemptRow.speedup.is_not(None),
-    ).order_by(AttemptRow.speedup.desc(), AttemptRow.latency_ms.asc(), AttemptRow.finished_at.asc()).limit(1)).first()
+    ).order_by(  # an unknown latency sorts last on every database (SQLite puts NULL first)
+        AttemptRow.speedup.desc(), AttemptRow.latency_ms.is_(None), AttemptRow.latency_ms.asc(),
+        func.coalesce(AttemptRow.finished_at, AttemptRow.created_at).asc(), AttemptRow.created_at.asc(),
+        AttemptRow.id.asc(),  # the same order as the leaderboard's best
+    ).limit(1)).first()
     row = session.get(CampaignProblemRow, (campaign_id, problem_id))
     row.best_attempt_id = best
     return best

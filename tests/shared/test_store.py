@@ -200,3 +200,14 @@ def test_open_store_s3_url(s3_endpoint: str):
 def test_open_store_unknown_scheme():
     with pytest.raises(UserError, match="file:// or s3://"):
         open_store(Settings(store_url="ftp://host/objects"))
+
+
+def test_build_outputs_are_kept_by_their_build_key(store):
+    key = hashlib.sha256(b"sources+flags+arch").hexdigest()
+    assert store.get_build(key) is None
+    store.put_build(key, b"\x7fELF cubin bytes")
+    assert store.get_build(key) == b"\x7fELF cubin bytes"
+    store.put_build(key, b"rebuilt")  # a rebuild replaces the cached output
+    assert store.get_build(key) == b"rebuilt"
+    with pytest.raises(UserError):
+        store.get_build("../../etc/passwd")

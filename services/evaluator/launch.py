@@ -1,0 +1,93 @@
+"""The `kernels` handle a `cuda` solution's Python entry receives: cubin functions launched with
+pycuda, in torch's primary context, on torch's current stream.
+
+    def run(x, w, out, *, kernels):
+        n = out.numel()
+        kernels.scale(x, w, out, n, grid=((n + 255) // 256,), block=(256,))
+
+Tensors pass as device pointers, Python ints as 32-bit ints (`numpy` scalars for other widths),
+floats as 32-bit floats. Imported only in the candidate child on a GPU machine: `import
+pycuda.driver` needs libcuda.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class Kernels:
+    def __init__(self, cubin: bytes, device: torch.device) -> None:
+        import pycuda.driver as driver
+
+        driver.init()
+        torch.cuda.init()
+        self._driver = driver
+        self._context = driver.Device(device.index or 0).retain_primary_context()
+        self._context.push()  # the context torch already uses: pointers are shared
+        self._module = driver.module_from_buffer(cubin)
+        self._functions: dict[str, KernelFunction] = {}
+        self._streams: dict[int, Any] = {}
+
+    def stream(self) -> Any:
+        """A pycuda stream for torch to use as its current one (torch.cuda.ExternalStream)."""
+        stream = self._driver.Stream()
+        self._streams[stream.handle] = stream
+        return stream
+
+    def pycuda_stream(self) -> Any:
+        handle = torch.cuda.current_stream().cuda_stream
+        if handle == 0:
+            return None
+        if handle not in self._streams:
+            raise RuntimeError("kernels launch on torch's current stream, which must be the evaluator's "
+                               "(do not switch streams inside run)")
+        return self._streams[handle]
+
+    def __getattr__(self, name: str) -> KernelFunction:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name not in self._functions:
+            try:
+                function = self._module.get_function(name)
+            except self._driver.LogicError:
+                raise AttributeError(f"the cubin has no kernel `{name}` (kernels must be extern \"C\" "
+                                     f"__global__)") from None
+            self._functions[name] = KernelFunction(self, function, name)
+        return self._functions[name]
+
+    def close(self) -> None:
+        self._context.pop()
+
+
+class KernelFunction:
+    def __init__(self, owner: Kernels, function: Any, name: str) -> None:
+        self._owner, self._function, self.name = owner, function, name
+
+    def __call__(self, *args: Any, grid: tuple[int, ...], block: tuple[int, ...], shared_mem: int = 0) -> None:
+        if shared_mem > 48 * 1024:
+            self._function.set_attribute(
+                self._owner._driver.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_mem)
+        self._function(*(_argument(a) for a in args), grid=_dim3(grid), block=_dim3(block), shared=shared_mem,
+                       stream=self._owner.pycuda_stream())
+
+
+def _argument(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        if not value.is_cuda:
+            raise TypeError("a tensor passed to a kernel must be on the GPU")
+        return np.uintp(value.data_ptr())
+    if isinstance(value, bool):
+        return np.int32(value)
+    if isinstance(value, int):
+        return np.int32(value)
+    if isinstance(value, float):
+        return np.float32(value)
+    return value
+
+
+def _dim3(dims: tuple[int, ...] | int) -> tuple[int, int, int]:
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))

@@ -1,0 +1,131 @@
+"""Language `cuda`: nvcc builds all of a solution's `.cu` files into one cubin.
+
+The build key is the SHA-256 of everything that decides the cubin (sources, flags, tunables, target
+architecture, nvcc's version); a cubin already in the cache under that key is reused, so building
+the same candidate twice calls no compiler. Runs wherever nvcc is; needs no GPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Protocol
+
+from shared.schema import Solution
+
+BUILD_TIMEOUT_S = 120.0
+MAX_LOG_CHARS = 3000
+UNITY_FILE = "__kernelswarm_unity.cu"
+BASE_FLAGS = ("-O3", "-lineinfo", "-std=c++17")
+# Compute capability -> the target the cubin is built for ("a" targets unlock wgmma, tcgen05...).
+ARCHES = {(9, 0): "sm_90a", (10, 0): "sm_100a", (8, 0): "sm_80", (8, 6): "sm_86", (8, 9): "sm_89",
+          (12, 0): "sm_120a"}
+
+
+class BuildCache(Protocol):
+    def get_build(self, key: str) -> bytes | None: ...
+    def put_build(self, key: str, data: bytes) -> None: ...
+
+
+@dataclass(frozen=True)
+class Cubin:
+    ok: bool
+    key: str
+    log: str  # on failure: the part of nvcc's output an agent needs
+    cubin: bytes = b""
+    cached: bool = False
+    seconds: float = 0.0
+
+
+def arch_for(capability: tuple[int, int]) -> str:
+    return ARCHES.get(tuple(capability), f"sm_{capability[0]}{capability[1]}")
+
+
+def gencode(arch: str) -> str:
+    """`-gencode` form: `-arch=sm_90a` alone also runs a plain sm_90 pass that rejects wgmma."""
+    number = arch.removeprefix("sm_")
+    return f"-gencode=arch=compute_{number},code=sm_{number}"
+
+
+@lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return ""
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30).stdout
+    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def define_flags(tunables: dict[str, object]) -> list[str]:
+    flags = []
+    for name, value in sorted(tunables.items()):
+        if isinstance(value, bool):
+            value = int(value)
+        flags.append(f"-D{name}={value}")
+    return flags
+
+
+def build_key(solution: Solution, arch: str, tunables: dict[str, object]) -> str:
+    sources = sorted((s.path, s.content) for s in solution.sources if not s.path.endswith(".py"))
+    flags = solution.spec.compile_options.cuda_cflags if solution.spec.compile_options else []
+    blob = json.dumps({"sources": sources, "flags": [*BASE_FLAGS, *flags, *define_flags(tunables)],
+                       "arch": arch, "nvcc": nvcc_version()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def build_cubin(solution: Solution, arch: str, tunables: dict[str, object], workdir: Path,
+                cache: BuildCache | None = None, timeout_s: float = BUILD_TIMEOUT_S) -> Cubin:
+    """Compile every `.cu` source as one translation unit into `workdir/kernels.cubin`."""
+    key = build_key(solution, arch, tunables)
+    started = time.monotonic()
+    if cache is not None:
+        data = cache.get_build(key)
+        if data is not None:
+            return Cubin(True, key, "", data, cached=True, seconds=time.monotonic() - started)
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        return Cubin(False, key, "nvcc is not on PATH on this evaluator")
+    units = [s.path for s in solution.sources if s.path.endswith(".cu")]
+    if not units:
+        return Cubin(False, key, "a `cuda` solution needs at least one .cu source")
+    workdir.mkdir(parents=True, exist_ok=True)
+    for source in solution.sources:
+        path = workdir / source.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source.content)
+    (workdir / UNITY_FILE).write_text("".join(f'#include "{unit}"\n' for unit in units))
+    extra = solution.spec.compile_options.cuda_cflags if solution.spec.compile_options else []
+    command = [nvcc, "-cubin", gencode(arch), *BASE_FLAGS, *extra, *define_flags(tunables),
+               "-o", "kernels.cubin", UNITY_FILE]
+    try:
+        done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return Cubin(False, key, f"nvcc ran past {timeout_s:.0f} s and was stopped",
+                     seconds=time.monotonic() - started)
+    seconds = time.monotonic() - started
+    if done.returncode != 0:
+        return Cubin(False, key, compiler_excerpt(done.stdout + done.stderr, workdir), seconds=seconds)
+    data = (workdir / "kernels.cubin").read_bytes()
+    if cache is not None:
+        cache.put_build(key, data)
+    return Cubin(True, key, "", data, seconds=seconds)
+
+
+_ERROR_LINE = re.compile(r"(error|fatal|ptxas)", re.IGNORECASE)
+
+
+def compiler_excerpt(output: str, workdir: Path) -> str:
+    """The error lines with the line after each (nvcc prints the offending code there), paths
+    made relative; capped so that an agent's context is not flooded."""
+    lines = [line.replace(f"{workdir}/", "") for line in output.splitlines()]
+    keep = sorted({j for i, line in enumerate(lines) if _ERROR_LINE.search(line)
+                   for j in range(i, min(i + 3, len(lines)))})
+    text = "\n".join(lines[j] for j in keep) or "\n".join(lines[-30:])
+    return text if len(text) <= MAX_LOG_CHARS else text[:MAX_LOG_CHARS] + "\n... (truncated)"
