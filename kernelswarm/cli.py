@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from services.evaluator.evaluate import EvalConfig, evaluate
+    from shared.store import open_store
 
     settings = Settings.from_env(device=args.device)
     problem = load_problem(args.problem_dir, with_seeds=False)
@@ -77,7 +78,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.max_workloads is not None and args.max_workloads < 1:
         raise_user("--max-workloads must be at least 1")
     with err.status("evaluating") as status:
-        result = evaluate(problem, solution, EvalConfig.from_settings(settings), args.max_workloads,
+        config = EvalConfig.from_settings(settings, build_cache=open_store(settings))
+        result = evaluate(problem, solution, config, args.max_workloads,
                           progress=lambda message: status.update(f"{solution.name}: {message}"))
     err.print(_traces_table(problem.name, solution.name, result))
     if args.output:

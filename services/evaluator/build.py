@@ -1,17 +1,18 @@
-"""Build a solution into a folder the child can load. CPU skeleton: Python languages only;
-`cuda` (nvcc -> cubin) and `cpp` come with the GPU evaluator."""
+"""Build a solution into a folder the child can load: Python languages are written out and checked
+for syntax; `cuda` sources go through nvcc into one cubin (`nvcc.py`), cached by build key."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.evaluator.nvcc import BuildCache, build_cubin
 from shared.schema import Language, Solution, Status
 
-PYTHON_LANGUAGES = {Language.PYTORCH, Language.TRITON}
+CUBIN_FILE = "kernels.cubin"
 SUPPORTED = {
     "cpu": {Language.PYTORCH},
-    "cuda": {Language.PYTORCH, Language.TRITON},
+    "cuda": {Language.PYTORCH, Language.TRITON, Language.CUDA},
 }
 
 
@@ -21,9 +22,13 @@ class Build:
     log: str
     solution_dir: Path
     tunables: dict[str, object]
+    cubin_path: Path | None = None
+    build_s: float = 0.0
+    cached: bool = False
 
 
-def build_solution(solution: Solution, device: str, target: Path) -> Build:
+def build_solution(solution: Solution, device: str, target: Path, arch: str | None = None,
+                   cache: BuildCache | None = None) -> Build:
     language = solution.spec.language
     tunables = resolved_tunables(solution)
     supported = SUPPORTED.get(device.split(":")[0], set())
@@ -44,7 +49,13 @@ def build_solution(solution: Solution, device: str, target: Path) -> Build:
                 errors.append(f"{source.path}:{error.lineno}:{error.offset}: {error.msg}\n    {error.text or ''}")
     if errors:
         return Build(Status.COMPILE_ERROR, "\n".join(errors), target, tunables)
-    return Build(None, "", target, tunables)
+    if language is not Language.CUDA:
+        return Build(None, "", target, tunables)
+    cubin = build_cubin(solution, arch or "sm_90a", tunables, target.parent / "nvcc", cache)
+    if not cubin.ok:
+        return Build(Status.COMPILE_ERROR, cubin.log, target, tunables, build_s=cubin.seconds)
+    (target / CUBIN_FILE).write_bytes(cubin.cubin)
+    return Build(None, "", target, tunables, target / CUBIN_FILE, cubin.seconds, cubin.cached)
 
 
 def resolved_tunables(solution: Solution) -> dict[str, object]:

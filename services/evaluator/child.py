@@ -5,7 +5,8 @@ Two roles, two separate processes, neither of which is the evaluator itself:
   the inputs where the candidate can read them and the expected outputs where it cannot, and
   times the reference.
 - `candidate` (untrusted): loads the solution, runs it on each set into outputs pre-filled with
-  NaN, saves them, then times it. It never sees the seed or the expected outputs.
+  NaN, saves them, then times it, each timed call on a fresh copy of an input set and into fresh
+  NaN-filled outputs. It never sees the seed or the expected outputs.
 
 Each role writes `result.json` after every workload, so a crash or a timeout keeps what was
 done. The parent owns every verdict; the child only reports what happened.
@@ -13,11 +14,13 @@ done. The parent owns every verdict; the child only reports what happened.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
 import sys
 import traceback
+from collections import deque
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -37,6 +40,7 @@ def main(job_path: str) -> int:
     workloads = [Workload.model_validate(w) for w in job["workloads"]]
     device = torch.device(job["device"])
     if device.type == "cuda":
+        device = torch.device("cuda", device.index or 0)
         torch.cuda.set_device(device)
     result_path = Path(job["result_path"])
     results: list[dict[str, Any]] = []
@@ -100,14 +104,20 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
             outputs = _call(entry, definition, axes, inputs, dps, device)
             torch.save({k: _detach(v) for k, v in outputs.items()}, outputs_dir / f"w{index}_s{s}.pt")
         timed = [torch.load(inputs_dir / f"w{index}_s{rounds + t}.pt", weights_only=True) for t in range(timing_sets)]
-        buffers = [_empty_outputs(definition, axes, device) for _ in timed]
+        staged: deque[tuple[dict[str, Any], dict[str, torch.Tensor]]] = deque(maxlen=len(timed) + 1)
         last: dict[int, dict[str, Any]] = {}
 
-        def run(i: int) -> None:
-            k = i % len(timed)
-            last[k] = _invoke(entry, timed[k], buffers[k], dps, definition)
+        def prepare(i: int) -> None:
+            """Untimed: a copy of the input set at new addresses (the recent copies are still alive,
+            so the allocator cannot hand their memory back) and outputs pre-filled with NaN."""
+            fresh = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in timed[i % len(timed)].items()}
+            staged.append((fresh, _empty_outputs(definition, axes, device)))
 
-        latency = time_runs(run, device, _plan(job))
+        def run(i: int) -> None:
+            inputs, buffers = staged[-1]
+            last[i % len(timed)] = _invoke(entry, inputs, buffers, dps, definition)
+
+        latency = time_runs(run, device, _plan(job), prepare)
         for t, outputs in last.items():
             torch.save({k: _detach(v) for k, v in outputs.items()}, outputs_dir / f"w{index}_s{rounds + t}.pt")
     except Exception:
@@ -175,7 +185,18 @@ def _load_entry(job: dict):
     entry = getattr(module, job["entry_symbol"], None)
     if not callable(entry):
         raise AttributeError(f"{job['entry_file']} defines no callable `{job['entry_symbol']}`")
+    if job.get("cubin_path"):
+        return _with_kernels(entry, Path(job["cubin_path"]), torch.device(job["device"]))
     return entry
+
+
+def _with_kernels(entry, cubin_path: Path, device: torch.device):
+    """Language `cuda`: the entry gets `kernels=`; torch's current stream becomes the launcher's."""
+    from services.evaluator.launch import Kernels
+
+    kernels = Kernels(cubin_path.read_bytes(), device)
+    torch.cuda.set_stream(torch.cuda.ExternalStream(kernels.stream().handle, device=device))
+    return functools.partial(entry, kernels=kernels)
 
 
 def _load_module(name: str, source: str, constants: dict[str, Any], filename: str) -> ModuleType:

@@ -17,7 +17,8 @@ from typing import Any
 
 import torch
 
-from services.evaluator.build import build_solution
+from services.evaluator.build import Build, build_solution
+from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.correctness import Check, compare
 from services.evaluator.sandbox import run_child
 from shared.schema import (
@@ -39,12 +40,15 @@ class EvalConfig:
     timing_budget_s: float = 1.0
     attempt_timeout_s: float = 300.0
     scratch_dir: Path | None = None
+    build_cache: BuildCache | None = None  # cubins by build key (the object store)
+    arch: str | None = None  # nvcc target; default: the device's own (sm_90a on an H200)
 
     @classmethod
-    def from_settings(cls, settings: Settings, device: str | None = None) -> EvalConfig:
+    def from_settings(cls, settings: Settings, device: str | None = None,
+                      build_cache: BuildCache | None = None) -> EvalConfig:
         return cls(device or settings.device, max(1, settings.correctness_rounds), max(1, settings.timing_sets),
                    settings.warmup_runs, max(3, settings.timing_runs), settings.timing_budget_s,
-                   settings.attempt_timeout_s, settings.scratch_dir)
+                   settings.attempt_timeout_s, settings.scratch_dir, build_cache)
 
 
 @dataclass(frozen=True)
@@ -80,16 +84,17 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workl
         for path in dirs.values():
             path.mkdir(mode=0o700)
         say("building")
-        build = build_solution(solution, config.device, dirs["cand"] / "solution")
+        build = build_solution(solution, config.device, dirs["cand"] / "solution", _arch(config),
+                               config.build_cache)
         if build.status is not None:
             outcomes = [_Outcome(build.status, build.log)] * len(workloads)
         else:
-            outcomes = _run(problem, solution, workloads, build.tunables, config, dirs, say)
+            outcomes = _run(problem, solution, workloads, build, config, dirs, say)
     traces = [_trace(problem, solution, w, o, config, attempt) for w, o in zip(workloads, outcomes)]
     return _summarize(traces, outcomes)
 
 
-def _run(problem: Problem, solution: Solution, workloads: list[Workload], tunables: dict[str, Any],
+def _run(problem: Problem, solution: Solution, workloads: list[Workload], build: Build,
          config: EvalConfig, dirs: dict[str, Path], say: Callable[[str], None]) -> list[_Outcome]:
     common = {
         "definition": problem.definition.model_dump(mode="json"),
@@ -116,10 +121,16 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], tunabl
             outcomes.append(_Outcome(Status.INVALID_REFERENCE, result["message"]))
     if not runnable:
         return outcomes
+    # The candidate runs as the same user: the expected outputs (and the seed in the reference's
+    # job) must be gone from disk before it starts.
+    expected = {p.stem: torch.load(p, weights_only=True) for p in dirs["expected"].glob("*.pt")}
+    shutil.rmtree(dirs["expected"])
+    shutil.rmtree(dirs["ref"])
     say(f"candidate on {len(runnable)} workloads")
     candidate = _child(dirs["cand"], config, dict(
         common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["cand"] / "solution"),
-        entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=tunables,
+        entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
+        cubin_path=str(build.cubin_path) if build.cubin_path else None,
         destination_passing_style=solution.spec.destination_passing_style,
         workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable))
     ref_results = reference.results(len(workloads), "the reference")
@@ -127,7 +138,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], tunabl
         if result["status"] != "OK":
             outcomes[index] = _Outcome(Status(result["status"]), result["message"])
             continue
-        check = _check_sets(problem, workloads[index], index, config, dirs)
+        check = _check_sets(problem, workloads[index], index, config, dirs, expected)
         outcomes[index] = _Outcome(check.status, check.message, check, result["latency"]["median_ms"],
                                    ref_results[index]["latency"]["median_ms"])
     return outcomes
@@ -165,13 +176,13 @@ def _child(home: Path, config: EvalConfig, job: dict[str, Any]) -> _ChildResults
 
 
 def _check_sets(problem: Problem, workload: Workload, index: int, config: EvalConfig,
-                dirs: dict[str, Path]) -> Check:
+                dirs: dict[str, Path], expected_sets: dict[str, dict[str, Any]]) -> Check:
     """Every correctness round and every timing set's last outputs, every output tensor."""
     tolerance = workload.effective_tolerance
     worst_abs = worst_rel = 0.0
     ratio = 1.0
     for s in range(config.correctness_rounds + config.timing_sets):
-        expected = torch.load(dirs["expected"] / f"w{index}_s{s}.pt", weights_only=True)
+        expected = expected_sets[f"w{index}_s{s}"]
         path = dirs["outputs"] / f"w{index}_s{s}.pt"
         if not path.exists():
             return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for input set {s}")
@@ -232,6 +243,12 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _arch(config: EvalConfig) -> str | None:
+    if config.arch or not config.device.startswith("cuda") or not torch.cuda.is_available():
+        return config.arch
+    return arch_for(torch.cuda.get_device_capability(torch.device(config.device)))
 
 
 def _scratch(config: EvalConfig) -> str | None:

@@ -33,7 +33,8 @@ def evaluate_attempt(runtime: Runtime, attempt_id: str, device: str) -> str:
         solution_hash = attempt.solution_hash
     solution = get_solution(store, solution_hash)
     log.info("evaluating attempt=%s problem=%s solution=%s", attempt_id, problem.name, solution_hash[:12])
-    result = evaluate(problem, solution, EvalConfig.from_settings(runtime.settings, device), attempt=info)
+    result = evaluate(problem, solution, EvalConfig.from_settings(runtime.settings, device, store),
+                      attempt=info)
     traces_hash = store.put(result.traces_jsonl())
     with db.session() as session:
         attempt = session.get(AttemptRow, attempt_id)

@@ -28,8 +28,10 @@ class ChildRun:
 
 
 def scrubbed_env(home: Path) -> dict[str, str]:
+    # The import path: this package, then where the parent's own PYTHONPATH found its libraries.
+    python_path = os.pathsep.join([str(PACKAGE_ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "TMPDIR": str(home),
-           "PYTHONPATH": str(PACKAGE_ROOT), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+           "PYTHONPATH": python_path, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
     env.update({k: os.environ[k] for k in PASS_THROUGH if k in os.environ})
     return env
 

@@ -1,7 +1,11 @@
 """Timing: warm-up, then many timed runs; the median is the latency.
 
-On a CUDA device each run is bracketed by events on the current stream after a synchronize;
-on the CPU by `perf_counter`. A time budget caps slow workloads (never fewer than 3 runs).
+On a CUDA device the L2 cache is flushed (a buffer of twice its size is overwritten) before every
+run, which is then bracketed by events on the current stream after a device-wide synchronize and
+followed by another; at least 50 runs are timed there. On the CPU, `perf_counter`. A time budget
+caps slow workloads (never fewer than 3 runs).
+An optional `prepare(i)` runs before every iteration, outside the timed region (fresh inputs
+and outputs for the candidate).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 MIN_RUNS = 3
+MIN_GPU_RUNS = 50
 
 
 @dataclass(frozen=True)
@@ -39,28 +44,47 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPlan) -> Latency:
-    """Time `run(i)` (i = iteration number, so callers can rotate input sets)."""
+def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPlan,
+              prepare: Callable[[int], object] | None = None) -> Latency:
+    """Time `run(i)` (i = iteration number, so callers can rotate input sets); `prepare(i)`, if
+    given, runs untimed just before `run(i)`."""
     for i in range(plan.warmup_runs):
+        if prepare is not None:
+            prepare(i)
         run(i)
     synchronize(device)
+    flush = _l2_flusher(device)
+    runs = max(plan.timing_runs, MIN_GPU_RUNS) if device.type == "cuda" else plan.timing_runs
     samples: list[float] = []
     started = time.perf_counter()
-    for i in range(plan.timing_runs):
-        samples.append(_time_one(run, i, device))
+    for i in range(runs):
+        if prepare is not None:
+            prepare(i)
+        samples.append(_time_one(run, i, device, flush))
         if len(samples) >= MIN_RUNS and time.perf_counter() - started > plan.budget_s:
             break
     return Latency(statistics.median(samples), min(samples), max(samples), len(samples))
 
 
-def _time_one(run: Callable[[int], object], i: int, device: torch.device) -> float:
+def _l2_flusher(device: torch.device) -> Callable[[], None] | None:
+    if device.type != "cuda":
+        return None
+    l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+    scratch = torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device=device)
+    return lambda: scratch.fill_(0x5A5A5A5A)
+
+
+def _time_one(run: Callable[[int], object], i: int, device: torch.device,
+              flush: Callable[[], None] | None) -> float:
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if flush is not None:
+            flush()
         synchronize(device)
         start.record()
         run(i)
         end.record()
-        end.synchronize()
+        synchronize(device)
         return start.elapsed_time(end)
     begin = time.perf_counter()
     run(i)
