@@ -62,8 +62,8 @@ def make_solution(code: str, definition: str = "affine_float32", *, name: str = 
                   language: str = "pytorch", tunables: dict[str, list] | None = None,
                   tunable_values: dict[str, Any] | None = None, entry: str = "main.py::run",
                   extra_sources: dict[str, str] | None = None) -> Solution:
-    """A solution whose entry file `main.py` holds `code` (dedented)."""
-    sources = [{"path": "main.py", "content": textwrap.dedent(code).lstrip()}]
+    """A solution whose entry file (`main.py` unless `entry` names another) holds `code`, dedented."""
+    sources = [{"path": entry.split("::")[0], "content": textwrap.dedent(code).lstrip()}]
     sources += [{"path": p, "content": c} for p, c in (extra_sources or {}).items()]
     return Solution.model_validate({
         "name": name,

@@ -1,0 +1,102 @@
+"""Turnaround of one attempt: wall time to build, verify and time a 16-workload problem.
+
+    python bench/evaluator_turnaround.py --device cuda --out turnaround.json
+
+Cases: the same elementwise kernel as language `cuda` with an empty build cache (cold: nvcc runs),
+again with the cubin cached, and as a `pytorch` solution. Prints a table; writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from services.evaluator.evaluate import EvalConfig, evaluate
+from shared.schema import Solution, load_problem
+from shared.store import LocalStore
+
+KERNEL = r"""
+extern "C" __global__ void scale(const float* __restrict__ x, const float* __restrict__ w,
+                                 float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float r;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(x[i]), "f"(w[i]));
+    y[i] = r;
+}
+"""
+LAUNCH = """
+def run(x, w, y, *, kernels):
+    n = y.numel()
+    kernels.scale(x, w, y, n, grid=((n + 255) // 256,), block=(256,))
+"""
+TORCH = "import torch\n\ndef run(x, w, y):\n    torch.mul(x, w, out=y)\n"
+
+
+def write_problem(root: Path) -> Path:
+    definition = {
+        "name": "bench_scale", "op_type": "elementwise", "axes": {"n": {"type": "var"}},
+        "inputs": {"x": {"shape": ["n"], "dtype": "float32"}, "w": {"shape": ["n"], "dtype": "float32"}},
+        "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
+        "reference": "import torch\n\ndef run(x, w):\n    return x * w\n",
+    }
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "definition.json").write_text(json.dumps(definition))
+    sizes = [1 << k for k in range(10, 26)]  # 16 workloads, 4 KiB to 128 MiB per tensor
+    (root / "workload.jsonl").write_text("".join(json.dumps(
+        {"uuid": f"n{n}", "axes": {"n": n}, "inputs": {"x": {"type": "random"}, "w": {"type": "random"}},
+         "tolerance": {"max_atol": 1e-6, "max_rtol": 1e-6}}) + "\n" for n in sizes))
+    return root
+
+
+def solution(language: str) -> Solution:
+    sources = ([{"path": "launch.py", "content": LAUNCH}, {"path": "scale.cu", "content": KERNEL}]
+               if language == "cuda" else [{"path": "main.py", "content": TORCH}])
+    return Solution.model_validate({
+        "name": f"scale_{language}", "definition": "bench_scale", "author": "bench",
+        "spec": {"languages": [language], "target_hardware": ["LOCAL"],
+                 "entry_point": "launch.py::run" if language == "cuda" else "main.py::run"},
+        "sources": sources})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--out", type=Path, default=Path("turnaround.json"))
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        problem = load_problem(write_problem(Path(tmp) / "problem"))
+        cache = LocalStore(Path(tmp) / "store")
+        config = EvalConfig(device=args.device, build_cache=cache)
+        rows = []
+        for case, language in (("cuda, cold build", "cuda"), ("cuda, cached cubin", "cuda"), ("pytorch", "pytorch")):
+            started = time.perf_counter()
+            result = evaluate(problem, solution(language), config)
+            wall_s = time.perf_counter() - started
+            latencies = {t.workload.uuid: t.evaluation.performance.latency_ms
+                         for t in result.traces if t.evaluation.performance}
+            rows.append({"case": case, "status": result.status.value, "wall_s": round(wall_s, 2),
+                         "workloads": len(result.traces), "latency_ms": latencies})
+    hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
+    report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": hardware,
+              "command": f"python bench/evaluator_turnaround.py --device {args.device}", "rows": rows}
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"turnaround on {hardware}")
+    print(f"{'case':22} {'status':8} {'workloads':>9} {'wall s':>7}")
+    for row in rows:
+        print(f"{row['case']:22} {row['status']:8} {row['workloads']:>9} {row['wall_s']:>7.2f}")
+    first = rows[0]["latency_ms"]
+    print(f"\n{'workload':10} {'cuda ms':>10} {'pytorch ms':>10}")
+    for uuid in first:
+        print(f"{uuid:10} {first[uuid]:>10.4f} {rows[2]['latency_ms'].get(uuid, float('nan')):>10.4f}")
+
+
+if __name__ == "__main__":
+    main()

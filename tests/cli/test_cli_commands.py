@@ -1,0 +1,255 @@
+"""The `kernelswarm` command: `eval`, `problems validate` and `problems list`, with their exit codes
+(0 all good, 1 a failed verdict or an invalid problem, 2 a usage error) and their output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kernelswarm.cli import main
+from shared.schema import Status, Trace
+
+REPO = Path(__file__).resolve().parents[2]
+PROBLEMS = REPO / "problems"
+RMSNORM = PROBLEMS / "llama31_8b_rmsnorm"
+SAMPLE = REPO.parent / "shared" / "sol-execbench-sample"
+SAMPLE_SIZE = 30
+
+# A fast evaluation: the CLI reads its settings from KERNELSWARM_* like every entry point.
+FAST_ENV = {
+    "KERNELSWARM_DEVICE": "cpu",
+    "KERNELSWARM_CORRECTNESS_ROUNDS": "2",
+    "KERNELSWARM_TIMING_SETS": "2",
+    "KERNELSWARM_WARMUP_RUNS": "1",
+    "KERNELSWARM_TIMING_RUNS": "3",
+    "KERNELSWARM_TIMING_BUDGET_S": "0.2",
+    "KERNELSWARM_ATTEMPT_TIMEOUT_S": "60",
+}
+
+DEFINITION = {
+    "name": "scale",
+    "axes": {"n": {"type": "var"}},
+    "inputs": {"x": {"shape": ["n"], "dtype": "float32"}, "w": {"shape": ["n"], "dtype": "float32"}},
+    "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
+    "reference": "def run(x, w):\n    return x * w\n",
+}
+WORKLOAD = {"uuid": "scale-8", "axes": {"n": 8}, "inputs": {"x": {"type": "random"}, "w": {"type": "random"}}}
+
+
+def solution_json(definition: str, code: str, name: str = "candidate") -> dict:
+    return {"name": name, "definition": definition, "author": "tests",
+            "spec": {"languages": ["pytorch"], "target_hardware": ["CPU"], "entry_point": "main.py::run"},
+            "sources": [{"path": "main.py", "content": code}]}
+
+
+def write_problem(folder: Path, definition: dict = DEFINITION, workloads: tuple[dict, ...] = (WORKLOAD,)) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "definition.json").write_text(json.dumps(definition))
+    (folder / "workload.jsonl").write_text("".join(json.dumps(w) + "\n" for w in workloads))
+    return folder
+
+
+def write_json(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+@dataclass(frozen=True)
+class Ran:
+    code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a command stores (the build cache...) goes to a temp home, never the repo's."""
+    monkeypatch.setenv("KERNELSWARM_HOME", str(tmp_path_factory.mktemp("home")))
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KERNELSWARM_") or k == "KERNELSWARM_HOME"}
+    return {**env, **FAST_ENV, "COLUMNS": "1000", **extra}  # wide: rich must not wrap the messages
+
+
+def start(*args: str | Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "kernelswarm.cli", *map(str, args)], cwd=REPO, env=_env(**env),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish(process: subprocess.Popen[str]) -> Ran:
+    stdout, stderr = process.communicate(timeout=300)
+    return Ran(process.returncode, stdout, stderr)
+
+
+def kernelswarm(*args: str | Path, **env: str) -> Ran:
+    return finish(start(*args, **env))
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def traces(jsonl: str) -> list[Trace]:
+    return [Trace.model_validate_json(line) for line in jsonl.splitlines() if line.strip()]
+
+
+# --- eval ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def evals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Ran, Path]]]:
+    """The two evaluations of this module, run side by side (each costs two torch child processes)."""
+    tmp = tmp_path_factory.mktemp("cli-eval")
+    home = {"KERNELSWARM_HOME": str(tmp / "home")}
+    seed_out = tmp / "seed.jsonl"
+    failing = write_problem(tmp / "scale")
+    solution = write_json(tmp / "solution.json",
+                          solution_json("scale", "def run(x, w, y):\n    y.copy_(x)\n", "ignores_w"))
+    running = {
+        "seed": (start("eval", RMSNORM, "--solution", RMSNORM / "solutions" / "pytorch_seed.json",
+                       "--device", "cpu", "--max-workloads", "2", "--json", "-o", seed_out, **home), seed_out),
+        "failing": (start("eval", failing, "--solution", solution, "--json", **home), failing),
+    }
+    yield {name: (finish(process), path) for name, (process, path) in running.items()}
+
+
+def test_eval_seed_passes_with_jsonl_traces(evals: dict[str, tuple[Ran, Path]]) -> None:
+    ran, out = evals["seed"]
+    assert ran.code == 0, ran.stderr
+    printed = traces(ran.stdout)
+    assert [t.evaluation.status for t in printed] == [Status.PASSED, Status.PASSED]
+    assert [t.workload.axes for t in printed] == [{"num_tokens": 1}, {"num_tokens": 8}]
+    assert {(t.definition, t.solution) for t in printed} == {("llama31_8b_rmsnorm", "llama31_8b_rmsnorm_pytorch_seed")}
+    assert all(t.evaluation.performance.latency_ms > 0 for t in printed)
+    assert out.read_text() == ran.stdout  # -o writes the same JSONL
+    assert "llama31_8b_rmsnorm_pytorch_seed on llama31_8b_rmsnorm: PASSED" in ran.stderr
+
+
+def test_eval_failing_solution_exits_1(evals: dict[str, tuple[Ran, Path]]) -> None:
+    ran, _ = evals["failing"]
+    assert ran.code == 1, ran.stderr
+    [trace] = traces(ran.stdout)
+    assert trace.evaluation.status is Status.INCORRECT_NUMERICAL
+    assert "output `y`" in trace.evaluation.log
+    assert "ignores_w on scale: INCORRECT_NUMERICAL" in ran.stderr
+
+
+def test_eval_missing_problem_folder_exits_2(tmp_path: Path) -> None:
+    ran = kernelswarm("eval", tmp_path / "nowhere", "--solution", RMSNORM / "solutions" / "pytorch_seed.json")
+    assert ran.code == 2
+    assert f"error: {tmp_path / 'nowhere'}: not a problem folder" in ran.stderr
+    assert ran.stdout == ""
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ('{"name": "x",\n', "{path}:2:1: invalid JSON"),
+    (json.dumps({"name": "x", "definition": "scale", "author": "a", "sources": []}), "{path}: $.spec: Field required"),
+    (json.dumps({**solution_json("scale", "x = 1\n"), "spec": {"languages": ["pytorch"], "target_hardware": ["CPU"],
+                                                               "entry_point": "main.py"}}),
+     "{path}: $.spec: Value error, entry_point must be `<file>::<function>`"),
+], ids=["invalid-json", "missing-field", "bad-entry-point"])
+def test_eval_malformed_solution_exits_2(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "solution.json"
+    path.write_text(content)
+    ran = kernelswarm("eval", RMSNORM, "--solution", path)
+    assert ran.code == 2
+    assert message.format(path=path) in ran.stderr
+    assert "Traceback" not in ran.stderr
+
+
+def test_eval_missing_solution_file_exits_2(tmp_path: Path) -> None:
+    ran = kernelswarm("eval", RMSNORM, "--solution", tmp_path / "none.json")
+    assert ran.code == 2
+    assert f"{tmp_path / 'none.json'}: file not found" in ran.stderr
+
+
+def test_eval_rejects_zero_workloads(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["eval", str(RMSNORM), "--solution", str(RMSNORM / "solutions" / "pytorch_seed.json"),
+                 "--max-workloads", "0"])
+    assert code == 2
+    assert "--max-workloads must be at least 1" in flat(capsys.readouterr().err)
+
+
+# --- problems validate / list -----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"SOL-ExecBench sample not found at {SAMPLE}")
+def test_validate_the_sol_execbench_sample() -> None:
+    ran = kernelswarm("problems", "validate", SAMPLE)
+    assert ran.code == 0, ran.stderr
+    assert f"{SAMPLE_SIZE} of {SAMPLE_SIZE} problems valid" in ran.stderr
+    assert "FAIL" not in ran.stderr
+
+
+def test_validate_our_problems(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["problems", "validate", str(PROBLEMS)]) == 0
+    err = flat(capsys.readouterr().err)
+    assert "3 of 3 problems valid" in err
+    assert "llama31_8b_rmsnorm: 6 workloads, 1 seed solutions" in err
+
+
+@pytest.mark.parametrize(("broken", "message"), [
+    ("definition", "{bad}/definition.json: $.inputs.x.dtype: Input should be"),
+    ("workload", "{bad}/workload.jsonl:2: $.axes.m: not an axis of scale"),
+    ("seed", "{bad}/solutions/pytorch_seed.json: $.definition: 'other' is not 'scale'"),
+], ids=["definition", "workload", "seed"])
+def test_validate_broken_folder_exits_1_naming_the_json_path(tmp_path: Path, broken: str, message: str) -> None:
+    good = write_problem(tmp_path / "good")
+    if broken == "definition":
+        bad = write_problem(tmp_path / "bad", {**DEFINITION, "inputs": {**DEFINITION["inputs"],
+                                                                         "x": {"shape": ["n"], "dtype": "float33"}}})
+    elif broken == "workload":
+        unknown_axis = {**WORKLOAD, "uuid": "w2", "axes": {"n": 4, "m": 2}}
+        bad = write_problem(tmp_path / "bad", workloads=(WORKLOAD, unknown_axis))
+    else:
+        bad = write_problem(tmp_path / "bad")
+        (bad / "solutions").mkdir()
+        write_json(bad / "solutions" / "pytorch_seed.json", solution_json("other", "def run(x, w, y):\n    pass\n"))
+    ran = kernelswarm("problems", "validate", good, bad)
+    assert ran.code == 1
+    assert f"FAIL {bad}" in ran.stderr
+    assert message.format(bad=bad) in ran.stderr
+    assert "1 of 2 problems valid" in ran.stderr
+
+
+def test_validate_folder_without_problems_exits_1(tmp_path: Path) -> None:
+    ran = kernelswarm("problems", "validate", tmp_path)
+    assert ran.code == 1
+    assert f"FAIL {tmp_path}: no definition.json" in ran.stderr
+
+
+def test_list_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KERNELSWARM_PROBLEMS_DIR", str(PROBLEMS))
+    assert main(["problems", "list", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["name"] for r in rows] == ["llama31_8b_gemm_o_proj", "llama31_8b_rmsnorm", "llama31_8b_swiglu"]
+    assert [r["op_type"] for r in rows] == ["gemm", "rmsnorm", "activation"]
+    assert [r["workloads"] for r in rows] == [5, 6, 5]
+    assert all(r["seeds"] == 1 and Path(r["path"]).parent == PROBLEMS for r in rows)
+
+
+def test_list_json_of_an_empty_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("KERNELSWARM_PROBLEMS_DIR", str(tmp_path))
+    assert main(["problems", "list", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_list_missing_folder_exits_2(tmp_path: Path) -> None:
+    ran = kernelswarm("problems", "list", "--json", KERNELSWARM_PROBLEMS_DIR=str(tmp_path / "nowhere"))
+    assert ran.code == 2
+    assert f"error: {tmp_path / 'nowhere'}: no such problem folder" in ran.stderr
+
+
+def test_no_command_prints_help_and_exits_2() -> None:
+    ran = kernelswarm()
+    assert ran.code == 2
+    assert "usage: kernelswarm" in ran.stdout

@@ -1,0 +1,170 @@
+"""correctness.compare: shape, then dtype, then values under `|a - e| <= atol + rtol * |e|`, the
+matched ratio and the max-error cap; infinities and NaN."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from services.evaluator.correctness import compare
+from shared.schema import Status, Tolerance
+
+EXACT = Tolerance(max_atol=0.0, max_rtol=0.0)
+
+
+def tol(**fields: object) -> Tolerance:
+    return Tolerance.model_validate({"max_atol": 0.0, "max_rtol": 0.0, **fields})
+
+
+def test_identical_tensors_pass_with_zero_error() -> None:
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    check = compare("y", x.clone(), x, EXACT)
+    assert check.status is Status.PASSED
+    assert (check.max_absolute_error, check.max_relative_error, check.matched_ratio) == (0.0, 0.0, 1.0)
+    assert check.message == ""
+
+
+@pytest.mark.parametrize(("actual", "passes"), [
+    (101.28125, True),   # exactly on the bound atol + rtol * |e| = 0.5 + 2**-7 * 100
+    (98.71875, True),    # the bound holds both ways
+    (101.28126, False),
+    (98.7, False),
+])
+def test_bound_is_atol_plus_rtol_times_expected(actual: float, passes: bool) -> None:
+    expected = torch.tensor([100.0], dtype=torch.float64)
+    check = compare("y", torch.tensor([actual], dtype=torch.float64), expected, tol(max_atol=0.5, max_rtol=2**-7))
+    assert (check.status is Status.PASSED) is passes
+    assert check.max_absolute_error == pytest.approx(abs(actual - 100.0))
+    assert check.max_relative_error == pytest.approx(abs(actual - 100.0) / 100.0)
+
+
+def test_relative_tolerance_scales_with_the_expected_value_not_the_actual() -> None:
+    # |0 - 1| = 1 <= 0 + 1.0 * |1|, but |1 - 0| = 1 > 0 + 1.0 * |0|.
+    one, zero = torch.tensor([1.0]), torch.tensor([0.0])
+    assert compare("y", zero, one, tol(max_rtol=1.0)).status is Status.PASSED
+    assert compare("y", one, zero, tol(max_rtol=1.0)).status is Status.INCORRECT_NUMERICAL
+
+
+def _three_off_in_a_hundred() -> tuple[torch.Tensor, torch.Tensor]:
+    expected = torch.zeros(10, 10)
+    actual = expected.clone()
+    actual[2, 3], actual[5, 5], actual[9, 0] = 0.5, -2.0, 1.0
+    return actual, expected
+
+
+@pytest.mark.parametrize(("required", "status"), [
+    (0.97, Status.PASSED), (0.96, Status.PASSED), (0.98, Status.INCORRECT_NUMERICAL), (1.0, Status.INCORRECT_NUMERICAL),
+])
+def test_matched_ratio(required: float, status: Status) -> None:
+    actual, expected = _three_off_in_a_hundred()
+    check = compare("y", actual, expected, tol(max_atol=0.1, required_matched_ratio=required))
+    assert check.status is status
+    assert check.matched_ratio == pytest.approx(0.97)
+    assert check.max_absolute_error == 2.0  # reported even when the ratio lets it pass
+
+
+def test_failure_message_names_output_ratio_and_worst_element() -> None:
+    actual, expected = _three_off_in_a_hundred()
+    check = compare("hidden", actual, expected, tol(max_atol=0.1, max_rtol=0.01))
+    assert check.status is Status.INCORRECT_NUMERICAL
+    assert check.message == ("output `hidden`: 97.0000% of elements within atol=0.1 rtol=0.01 (need 100.00%); "
+                             "worst at [5, 5]: got -2, expected 0")
+
+
+@pytest.mark.parametrize(("cap", "status"), [
+    (None, Status.PASSED), (2.5, Status.PASSED), (1.5, Status.INCORRECT_NUMERICAL),
+])
+def test_max_error_cap_fails_a_single_large_error_the_ratio_allows(cap: float | None, status: Status) -> None:
+    actual, expected = _three_off_in_a_hundred()
+    check = compare("y", actual, expected, tol(max_atol=0.1, required_matched_ratio=0.9, max_error_cap=cap))
+    assert check.status is status
+    if status is not Status.PASSED:
+        assert "worst at [5, 5]" in check.message
+
+
+def test_same_positive_infinity_matches() -> None:
+    expected = torch.tensor([1.0, math.inf])
+    check = compare("y", expected.clone(), expected, EXACT)
+    assert check.status is Status.PASSED
+    assert check.max_absolute_error == 0.0
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_negative_infinity_matches_only_when_allowed(allow: bool) -> None:
+    expected = torch.tensor([1.0, -math.inf])
+    check = compare("y", expected.clone(), expected, tol(allow_negative_inf=allow))
+    assert check.status is (Status.PASSED if allow else Status.INCORRECT_NUMERICAL)
+
+
+@pytest.mark.parametrize(("actual", "expected"), [
+    ([1.0, 1e30], [1.0, math.inf]),       # finite where the reference is infinite
+    ([1.0, math.inf], [1.0, 1e30]),       # infinite where the reference is finite
+    ([1.0, -math.inf], [1.0, math.inf]),  # the wrong infinity
+])
+def test_infinity_mismatches_fail(actual: list[float], expected: list[float]) -> None:
+    check = compare("y", torch.tensor(actual), torch.tensor(expected), tol(max_atol=1.0, max_rtol=1.0))
+    assert check.status is Status.INCORRECT_NUMERICAL
+
+
+def test_nan_output_fails_with_infinite_error() -> None:
+    expected = torch.tensor([1.0, 2.0, 3.0])
+    actual = torch.tensor([1.0, math.nan, 3.0])
+    check = compare("y", actual, expected, tol(max_atol=10.0, max_rtol=10.0))
+    assert check.status is Status.INCORRECT_NUMERICAL
+    assert check.max_absolute_error == math.inf
+    assert "worst at [1]: got nan, expected 2" in check.message
+
+
+def test_nan_never_matches_not_even_nan() -> None:
+    expected = torch.tensor([1.0, math.nan])
+    check = compare("y", expected.clone(), expected, tol(max_atol=1.0))
+    assert check.status is Status.INCORRECT_NUMERICAL
+    assert check.matched_ratio == 0.5
+
+
+def test_shape_is_checked_before_dtype() -> None:
+    check = compare("y", torch.zeros(3, 4, dtype=torch.float64), torch.zeros(4, 3), EXACT)
+    assert check.status is Status.INCORRECT_SHAPE
+    assert check.message == "output `y` has shape (3, 4), expected (4, 3)"
+
+
+def test_dtype_mismatch() -> None:
+    check = compare("y", torch.zeros(2, dtype=torch.float16), torch.zeros(2, dtype=torch.bfloat16), EXACT)
+    assert check.status is Status.INCORRECT_DTYPE
+    assert check.message == "output `y` has dtype torch.float16, expected torch.bfloat16"
+
+
+def test_missing_output_is_a_shape_error() -> None:
+    check = compare("y", None, torch.zeros(2), EXACT)
+    assert check.status is Status.INCORRECT_SHAPE
+    assert "`y` is a NoneType, not a tensor" in check.message
+
+
+def test_scalar_outputs_compare_as_values() -> None:
+    assert compare("s", 2.0, 2.0, EXACT).status is Status.PASSED
+    check = compare("s", 2.5, 2.0, tol(max_atol=0.1))
+    assert check.status is Status.INCORRECT_NUMERICAL
+    assert check.max_absolute_error == 0.5
+
+
+def test_empty_tensors_pass() -> None:
+    assert compare("y", torch.zeros(0, 4), torch.zeros(0, 4), EXACT).status is Status.PASSED
+
+
+def test_low_precision_values_are_compared_in_float64() -> None:
+    expected = torch.tensor([1.0, 256.0], dtype=torch.bfloat16)
+    actual = torch.tensor([1.0078125, 258.0], dtype=torch.bfloat16)  # one bf16 ulp each
+    check = compare("y", actual, expected, tol(max_rtol=2**-7))
+    assert check.status is Status.PASSED
+    assert check.max_absolute_error == 2.0
+    assert check.max_relative_error == pytest.approx(2**-7)
+
+
+def test_integers_compare_exactly() -> None:
+    expected = torch.tensor([1, 2, 3], dtype=torch.int64)
+    assert compare("i", expected.clone(), expected, EXACT).status is Status.PASSED
+    check = compare("i", torch.tensor([1, 2, 4]), expected, EXACT)
+    assert check.status is Status.INCORRECT_NUMERICAL
+    assert "worst at [2]: got 4, expected 3" in check.message
