@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -63,6 +64,11 @@ class Settings(BaseModel):
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read `KERNELSWARM_<FIELD>` for every field; keyword overrides win."""
         environ = os.environ if environ is None else environ
+        known = {PREFIX + name.upper() for name in cls.model_fields}
+        unknown = sorted(k for k in environ if k.startswith(PREFIX) and k not in known)
+        if unknown:
+            hints = "; ".join(f"{k}{_did_you_mean(k, known)}" for k in unknown)
+            raise UserError(f"unknown setting {hints} (settings are listed in shared/settings.py)")
         values: dict[str, Any] = {}
         for name in cls.model_fields:
             key = PREFIX + name.upper()
@@ -74,3 +80,8 @@ class Settings(BaseModel):
         except ValidationError as error:
             problems = "; ".join(f"{PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}" for e in error.errors())
             raise UserError(f"bad settings: {problems}") from None
+
+
+def _did_you_mean(key: str, known: set[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""

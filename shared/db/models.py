@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -87,6 +87,10 @@ class AttemptRow(Base):
     evaluated workload passed)."""
 
     __tablename__ = "attempts"
+    __table_args__ = (
+        Index("ix_attempts_problem_status", "problem_id", "status"),
+        Index("ix_attempts_campaign_problem", "campaign_id", "problem_id"),
+    )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
     problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))

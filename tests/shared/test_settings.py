@@ -128,3 +128,8 @@ def test_bad_override_names_the_field():
 def test_settings_are_frozen():
     with pytest.raises(ValidationError):
         Settings().writers = 2
+
+
+def test_a_misspelt_setting_is_an_error_that_suggests_the_right_name():
+    with pytest.raises(UserError, match="KERNELSWARM_REDIS_ULR.*did you mean KERNELSWARM_REDIS_URL"):
+        Settings.from_env({"KERNELSWARM_REDIS_ULR": "redis://x"})
