@@ -4,6 +4,8 @@ from shared.db.models import (
     AssignmentRow,
     AttemptRow,
     Base,
+    BaselineRow,
+    CalibrationRow,
     CampaignProblemRow,
     CampaignRow,
     ProblemRow,
@@ -14,6 +16,6 @@ from shared.db.models import (
 from shared.db.session import Database, migrate
 
 __all__ = [
-    "AssignmentRow", "AttemptRow", "Base", "CampaignProblemRow", "CampaignRow", "Database",
+    "AssignmentRow", "AttemptRow", "Base", "BaselineRow", "CalibrationRow", "CampaignProblemRow", "CampaignRow", "Database",
     "ProblemRow", "SolutionRow", "TraceRow", "migrate", "utcnow",
 ]

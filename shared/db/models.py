@@ -55,6 +55,11 @@ class CampaignRow(Base):
     writers: Mapped[int] = mapped_column(Integer, default=1)
     attempts_per_assignment: Mapped[int] = mapped_column(Integer, default=4)
     next_index: Mapped[int] = mapped_column(Integer, default=0)  # round-robin cursor
+    policy: Mapped[str] = mapped_column(String(32), default="round_robin", server_default="round_robin")
+    budget_attempts: Mapped[int | None] = mapped_column(Integer)
+    budget_gpu_s: Mapped[float | None] = mapped_column(Float)
+    budget_tokens: Mapped[int | None] = mapped_column(Integer)
+    budget_wall_s: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     stopped_at: Mapped[datetime | None] = mapped_column()
 
@@ -77,6 +82,10 @@ class AssignmentRow(Base):
     status: Mapped[str] = mapped_column(String(16), default="QUEUED")  # QUEUED, RUNNING, DONE
     worker: Mapped[str | None] = mapped_column(String(255))
     budget_attempts: Mapped[int] = mapped_column(Integer)
+    language: Mapped[str | None] = mapped_column(String(32))
+    parent_hash: Mapped[str | None] = mapped_column(String(64))
+    guidance: Mapped[str | None] = mapped_column(Text)
+    lease_until: Mapped[datetime | None] = mapped_column()  # a RUNNING assignment past it is reassigned
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column()
 
@@ -105,6 +114,10 @@ class AttemptRow(Base):
     workloads_passed: Mapped[int] = mapped_column(Integer, default=0)
     latency_ms: Mapped[float | None] = mapped_column(Float)  # mean over workloads
     speedup: Mapped[float | None] = mapped_column(Float)  # geomean of reference/latency
+    sol_score: Mapped[float | None] = mapped_column(Float)  # mean of the workloads' SOL scores
+    model: Mapped[str | None] = mapped_column(String(255))  # the LLM that wrote it, if any
+    tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    gpu_seconds: Mapped[float | None] = mapped_column(Float)
     message: Mapped[str | None] = mapped_column(Text)
     traces_hash: Mapped[str | None] = mapped_column(String(64))  # traces JSONL in the store
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
@@ -122,4 +135,34 @@ class TraceRow(Base):
     latency_ms: Mapped[float | None] = mapped_column(Float)
     reference_latency_ms: Mapped[float | None] = mapped_column(Float)
     speedup: Mapped[float | None] = mapped_column(Float)
+    t_sol_ms: Mapped[float | None] = mapped_column(Float)
+    t_baseline_ms: Mapped[float | None] = mapped_column(Float)
+    sol_score: Mapped[float | None] = mapped_column(Float)
     trace_json: Mapped[str] = mapped_column(Text)
+
+
+class BaselineRow(Base):
+    """T_b per (problem, workload, hardware): the faster of eager and torch.compile on the reference."""
+
+    __tablename__ = "baselines"
+    __table_args__ = (UniqueConstraint("problem_id", "workload_uuid", "hardware"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    workload_uuid: Mapped[str] = mapped_column(String(64))
+    hardware: Mapped[str] = mapped_column(String(128))
+    eager_ms: Mapped[float | None] = mapped_column(Float)
+    compile_ms: Mapped[float | None] = mapped_column(Float)
+    measured_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class CalibrationRow(Base):
+    """Ceilings an evaluator measured on its GPU: copy bandwidth and matmul rates per dtype."""
+
+    __tablename__ = "calibrations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    hardware: Mapped[str] = mapped_column(String(128))
+    bandwidth_gbps: Mapped[float | None] = mapped_column(Float)
+    tflops_json: Mapped[str] = mapped_column(Text, default="{}")  # {"bfloat16": 790.0, ...}
+    measured_at: Mapped[datetime] = mapped_column(default=utcnow)
