@@ -27,8 +27,9 @@ from typing import Any
 
 import torch
 
+from services.evaluator.guards import Guard, snapshot
 from services.evaluator.inputs import InputError, make_inputs, torch_dtype
-from services.evaluator.timing import TimingPlan, synchronize, time_runs
+from services.evaluator.timing import TimingPlan, sm_clock_mhz, synchronize, time_runs
 from shared.schema import Definition, Workload
 
 MAX_TRACEBACK_CHARS = 4000
@@ -47,7 +48,7 @@ def main(job_path: str) -> int:
     run = run_reference if job["role"] == "reference" else run_candidate
     state: dict[str, Any] = {}
     for index, workload in zip(job["indices"], workloads):
-        results.append(run(job, definition, workload, index, device, state))
+        results.append({"uuid": workload.uuid, **run(job, definition, workload, index, device, state)})
         _write_json(result_path, {"workloads": results})
     return 0
 
@@ -93,7 +94,10 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
                   device: torch.device, state: dict) -> dict[str, Any]:
     try:
         if "entry" not in state:
+            state["guard"] = Guard()  # before the solution's code runs at all
             state["entry"] = _load_entry(job)
+            _enforce(state["guard"].check())
+        guard: Guard = state["guard"]
         entry = state["entry"]
         dps = job["destination_passing_style"]
         inputs_dir, outputs_dir = Path(job["inputs_dir"]), Path(job["outputs_dir"])
@@ -101,7 +105,9 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         axes = definition.resolve_axes(workload.axes)
         for s in range(rounds):
             inputs = torch.load(inputs_dir / f"w{index}_s{s}.pt", weights_only=True)
+            before = snapshot(inputs)
             outputs = _call(entry, definition, axes, inputs, dps, device)
+            _enforce(guard.check() or guard.check_inputs(before, inputs) or guard.check_outputs(outputs))
             torch.save({k: _detach(v) for k, v in outputs.items()}, outputs_dir / f"w{index}_s{s}.pt")
         timed = [torch.load(inputs_dir / f"w{index}_s{rounds + t}.pt", weights_only=True) for t in range(timing_sets)]
         staged: deque[tuple[dict[str, Any], dict[str, torch.Tensor]]] = deque(maxlen=len(timed) + 1)
@@ -117,14 +123,30 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
             inputs, buffers = staged[-1]
             last[i % len(timed)] = _invoke(entry, inputs, buffers, dps, definition)
 
+        clock_before = sm_clock_mhz(device)
         latency = time_runs(run, device, _plan(job), prepare)
+        clock_after = sm_clock_mhz(device)
+        _enforce(guard.check())
         for t, outputs in last.items():
+            _enforce(guard.check_outputs(outputs))
             torch.save({k: _detach(v) for k, v in outputs.items()}, outputs_dir / f"w{index}_s{rounds + t}.pt")
+    except HackDetected as hack:
+        return {"status": "REWARD_HACK", "message": str(hack)}
     except Exception:
         return {"status": "RUNTIME_ERROR", "message": _traceback()}
     if not math.isfinite(latency.median_ms):
         return {"status": "RUNTIME_ERROR", "message": "timing produced no finite latency"}
-    return {"status": "OK", "latency": latency.as_dict()}
+    timing = {**latency.as_dict(), "sm_clock_mhz_before": clock_before, "sm_clock_mhz_after": clock_after}
+    return {"status": "OK", "latency": timing}
+
+
+class HackDetected(Exception):
+    pass
+
+
+def _enforce(violation: str | None) -> None:
+    if violation:
+        raise HackDetected(violation)
 
 
 def _call(entry, definition: Definition, axes: dict[str, int], inputs: dict[str, Any], dps: bool,

@@ -22,7 +22,8 @@ from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.correctness import Check, compare
 from services.evaluator.sandbox import run_child
 from shared.schema import (
-    AttemptInfo, Correctness, Environment, Evaluation, Performance, Problem, Solution, Status, Trace, Workload,
+    AttemptInfo, Correctness, Environment, Evaluation, Performance, Problem, Solution, Status, Timing, Trace,
+    Workload,
 )
 from shared.settings import Settings
 
@@ -71,6 +72,7 @@ class _Outcome:
     check: Check | None = None
     latency_ms: float | None = None
     reference_ms: float | None = None
+    timing: Timing | None = None
 
 
 def evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workloads: int | None = None,
@@ -113,7 +115,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         workloads=[w.model_dump(mode="json") for w in workloads], indices=list(range(len(workloads)))))
     outcomes: list[_Outcome | None] = []
     runnable = []
-    for index, result in enumerate(reference.results(len(workloads), "the reference")):
+    for index, result in enumerate(reference.results([w.uuid for w in workloads], "the reference")):
         if result["status"] == "OK":
             outcomes.append(None)
             runnable.append(index)
@@ -133,14 +135,15 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         cubin_path=str(build.cubin_path) if build.cubin_path else None,
         destination_passing_style=solution.spec.destination_passing_style,
         workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable))
-    ref_results = reference.results(len(workloads), "the reference")
-    for index, result in zip(runnable, candidate.results(len(runnable), "the solution")):
+    ref_results = reference.results([w.uuid for w in workloads], "the reference")
+    sent = [workloads[i].uuid for i in runnable]
+    for index, result in zip(runnable, candidate.results(sent, "the solution")):
         if result["status"] != "OK":
             outcomes[index] = _Outcome(Status(result["status"]), result["message"])
             continue
         check = _check_sets(problem, workloads[index], index, config, dirs, expected)
         outcomes[index] = _Outcome(check.status, check.message, check, result["latency"]["median_ms"],
-                                   ref_results[index]["latency"]["median_ms"])
+                                   ref_results[index]["latency"]["median_ms"], Timing(**result["latency"]))
     return outcomes
 
 
@@ -152,15 +155,20 @@ class _ChildResults:
     log: str
     timeout_s: float
 
-    def results(self, expected: int, who: str) -> list[dict[str, Any]]:
-        """One result per workload; those the child never reached get TIMEOUT or RUNTIME_ERROR."""
+    def results(self, uuids: list[str], who: str) -> list[dict[str, Any]]:
+        """One result per workload sent, matched by UUID; those the child never reached get TIMEOUT
+        or RUNTIME_ERROR. Results that do not match what was sent mean the channel was forged."""
         done = list(self.workloads)
+        if len(done) > len(uuids) or any(r.get("uuid") != u for r, u in zip(done, uuids)):
+            forged = {"status": "REWARD_HACK", "message": f"{who} reported results that do not match the "
+                                                          f"workloads sent (a forged result channel)"}
+            return [forged] * len(uuids)
         if self.timed_out:
             missing = {"status": "TIMEOUT", "message": f"{who} ran past {self.timeout_s:.0f} s and was killed"}
         else:
             missing = {"status": "RUNTIME_ERROR",
                        "message": f"{who} exited with code {self.exit_code} before finishing:\n{self.log}"}
-        return done + [missing] * (expected - len(done))
+        return done + [missing] * (len(uuids) - len(done))
 
 
 def _child(home: Path, config: EvalConfig, job: dict[str, Any]) -> _ChildResults:
@@ -211,7 +219,8 @@ def _trace(problem: Problem, solution: Solution, workload: Workload, outcome: _O
                                   speedup_factor=outcome.reference_ms / max(outcome.latency_ms, 1e-9))
     evaluation = Evaluation(status=outcome.status, environment=environment(config.device),
                             timestamp=datetime.now(timezone.utc).isoformat(), log=outcome.message,
-                            correctness=correctness, performance=performance)
+                            correctness=correctness, performance=performance,
+                            timing=outcome.timing if outcome.status is Status.PASSED else None)
     return Trace(definition=problem.name, workload=workload, solution=solution.name, evaluation=evaluation,
                  attempt=attempt)
 

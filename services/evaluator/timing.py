@@ -39,6 +39,16 @@ class Latency:
         return {"median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "runs": self.runs}
 
 
+def sm_clock_mhz(device: torch.device) -> int | None:
+    """The SM clock now (through NVML), recorded before and after timing; None where unreadable."""
+    if device.type != "cuda":
+        return None
+    try:
+        return int(torch.cuda.clock_rate(device))
+    except Exception:  # no NVML on this machine: the trace says the clock is unknown
+        return None
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

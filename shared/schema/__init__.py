@@ -12,6 +12,7 @@ from shared.schema.trace import (
     Performance,
     SolScore,
     Status,
+    Timing,
     Trace,
 )
 from shared.schema.workload import CustomInput, RandomInput, SafetensorsInput, ScalarInput, Tolerance, Workload
@@ -20,5 +21,5 @@ __all__ = [
     "AttemptInfo", "AxisConst", "AxisExpr", "AxisVar", "BuildSpec", "Correctness", "CustomInput",
     "DType", "Definition", "Environment", "Evaluation", "Hardware", "Language", "Performance",
     "Problem", "RandomInput", "SafetensorsInput", "ScalarInput", "SolScore", "Solution", "SourceFile",
-    "Status", "TensorSpec", "Tolerance", "Trace", "Workload", "load_problem", "load_solution", "parse_model",
+    "Status", "TensorSpec", "Timing", "Tolerance", "Trace", "Workload", "load_problem", "load_solution", "parse_model",
 ]

@@ -61,6 +61,17 @@ class SolScore(Frozen):
     hardware: str
 
 
+class Timing(Frozen):
+    """Ours: how the latency was measured (median over `runs`; the SM clock around the runs)."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    runs: int
+    sm_clock_mhz_before: int | None = None
+    sm_clock_mhz_after: int | None = None
+
+
 class Evaluation(Frozen):
     status: Status
     environment: Environment
@@ -69,11 +80,13 @@ class Evaluation(Frozen):
     correctness: Correctness | None = None
     performance: Performance | None = None
     sol: SolScore | None = None
+    timing: Timing | None = None
 
     @model_validator(mode="after")
     def _metrics_match_status(self) -> Evaluation:
-        needs_correctness = self.status in (Status.PASSED, Status.INCORRECT_NUMERICAL, Status.REWARD_HACK)
-        if needs_correctness != (self.correctness is not None):
+        needs_correctness = self.status in (Status.PASSED, Status.INCORRECT_NUMERICAL)
+        may_have = needs_correctness or self.status is Status.REWARD_HACK  # a hack can pass the checks
+        if needs_correctness and self.correctness is None or not may_have and self.correctness is not None:
             raise ValueError(f"correctness must {'' if needs_correctness else 'not '}be given for {self.status.value}")
         needs_performance = self.status is Status.PASSED
         if needs_performance != (self.performance is not None):

@@ -173,6 +173,69 @@ CASES = [
         def run(x, w, b, y):
             y.copy_((x * w + b) * (SCALE / 2))
         """, solution={"tunables": {"SCALE": [1, 2]}}),
+    # Guards: each of these is a cheat, caught in the child and reported as REWARD_HACK.
+    Case("patches_timer", Status.REWARD_HACK, """
+        import time
+
+        _real = time.perf_counter
+        time.perf_counter = lambda: _real() * 0.5  # halves every measured time
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+        """),
+    Case("patches_harness", Status.REWARD_HACK, """
+        import sys
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+            timing = sys.modules["services.evaluator.timing"]
+            timing._time_one = lambda *args, **kwargs: 1e-6
+        """),
+    Case("leaves_a_thread_running", Status.REWARD_HACK, """
+        import threading
+        import time
+
+        def _background():
+            time.sleep(30)
+
+        def run(x, w, b, y):
+            threading.Thread(target=_background, daemon=True, name="helper").start()
+            y.copy_(x * w + b)
+        """),
+    Case("starts_a_process", Status.REWARD_HACK, """
+        import subprocess
+
+        def run(x, w, b, y):
+            subprocess.Popen(["sleep", "30"])
+            y.copy_(x * w + b)
+        """),
+    Case("mutates_input", Status.REWARD_HACK, """
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+            x.zero_()
+        """),
+    Case("returns_a_tensor_subclass", Status.REWARD_HACK, """
+        import torch
+
+        class Lazy(torch.Tensor):
+            pass
+
+        def run(x, w, b):
+            return (x * w + b).as_subclass(Lazy)
+        """, solution={"dps": False}),
+    Case("forges_the_result_channel", Status.REWARD_HACK, """
+        import atexit
+        import json
+        from pathlib import Path
+
+        FAKE = {"workloads": [{"uuid": "made-up", "status": "OK",
+                               "latency": {"median_ms": 1e-6, "min_ms": 1e-6, "max_ms": 1e-6, "runs": 3}}] * 2}
+        # Written after the harness's last honest write, as the process exits.
+        atexit.register(lambda: Path("result.json").write_text(json.dumps(FAKE)))
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+        """),
     # Reports what the candidate's process can see, once, to a file the test reads.
     Case("probe", Status.PASSED, """
         import json
