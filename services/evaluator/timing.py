@@ -88,9 +88,9 @@ def _time_one(run: Callable[[int], object], i: int, device: torch.device,
               flush: Callable[[], None] | None) -> float:
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        if flush is not None:
-            flush()
         synchronize(device)
+        if flush is not None:
+            flush()  # queued ahead of the start event: the run's launch overlaps it, not the timed region
         start.record()
         run(i)
         end.record()
