@@ -44,6 +44,15 @@ class Settings(BaseModel):
     attempts_per_assignment: int = 4
     attempt_wait_s: float = 600.0
     web_port: int = 8000
+    # LLM writers: any OpenAI-compatible endpoint. The key and URL come from the standard
+    # OPENAI_API_KEY / OPENAI_BASE_URL; without a key the built-in tuner writes instead.
+    model: str = "gpt-4o-mini"
+    openai_api_key: str | None = None
+    openai_base_url: str | None = None
+    agent_turns: int = 16
+    agent_evaluations: int = 8
+    agent_tokens: int = 400_000
+    submit_token: str | None = None
     log_level: str = "INFO"
 
     @property
@@ -73,6 +82,9 @@ class Settings(BaseModel):
         for name in cls.model_fields:
             key = PREFIX + name.upper()
             if key in environ and environ[key] != "":
+                values[name] = environ[key]
+        for name, key in (("openai_api_key", "OPENAI_API_KEY"), ("openai_base_url", "OPENAI_BASE_URL")):
+            if environ.get(key):
                 values[name] = environ[key]
         values.update({k: v for k, v in overrides.items() if v is not None})
         try:

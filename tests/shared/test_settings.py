@@ -133,3 +133,12 @@ def test_settings_are_frozen():
 def test_a_misspelt_setting_is_an_error_that_suggests_the_right_name():
     with pytest.raises(UserError, match="KERNELSWARM_REDIS_ULR.*did you mean KERNELSWARM_REDIS_URL"):
         Settings.from_env({"KERNELSWARM_REDIS_ULR": "redis://x"})
+
+
+def test_the_llm_endpoint_comes_from_the_standard_openai_variables():
+    settings = Settings.from_env({"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+                                  "KERNELSWARM_MODEL": "qwen3-coder"})
+    assert settings.openai_api_key == "sk-test"
+    assert settings.openai_base_url == "http://127.0.0.1:9/v1"
+    assert settings.model == "qwen3-coder"
+    assert Settings.from_env({}).openai_api_key is None
