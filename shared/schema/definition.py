@@ -55,6 +55,14 @@ class TensorSpec(Frozen):
     description: str | None = None
 
 
+class SolFormula(Frozen):
+    """Ours: explicit work of a workload as axis expressions (`"2 * M * N * K"`); either may be
+    left out, and the SOL model counts that one from the reference."""
+
+    flops: NonEmptyStr | None = None
+    bytes: NonEmptyStr | None = None
+
+
 class Definition(Frozen):
     name: NonEmptyStr
     description: str | None = None
@@ -67,6 +75,7 @@ class Definition(Frozen):
     outputs: dict[NonEmptyStr, TensorSpec]
     reference: NonEmptyStr
     constraints: list[NonEmptyStr] = Field(default_factory=list)
+    sol: SolFormula | None = None
 
     @model_validator(mode="after")
     def _check(self) -> Definition:
@@ -93,6 +102,9 @@ class Definition(Frozen):
                 ast.parse(constraint, mode="eval")
             except SyntaxError as error:
                 raise ValueError(f"constraint {constraint!r} is not a Python expression: {error.msg}") from None
+        for key, expression in (("flops", self.sol.flops), ("bytes", self.sol.bytes)) if self.sol else ():
+            if expression is not None:
+                _check_axis_expression(f"sol.{key}", expression, set(self.axes))
         return self
 
     def run_parameters(self) -> list[str]:
@@ -145,6 +157,23 @@ _ALLOWED_NODES = (
     ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load,
     ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.UAdd, ast.USub,
 )
+
+
+def _check_axis_expression(where: str, expression: str, axes: set[str]) -> None:
+    try:
+        tree = ast.parse(expression, mode="eval")
+    except SyntaxError as error:
+        raise ValueError(f"{where} {expression!r} is not an expression: {error.msg}") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED_NODES):
+            raise ValueError(f"{where} {expression!r} uses {type(node).__name__}")
+        if isinstance(node, ast.Name) and node.id not in axes:
+            raise ValueError(f"{where} {expression!r} uses undefined axis `{node.id}`")
+
+
+def evaluate_axis_expression(expression: str, values: dict[str, int]) -> float:
+    """Arithmetic over axis names only (the `expr` axes and the `sol` formulas)."""
+    return _evaluate_expression(expression, values)
 
 
 def _evaluate_expression(expression: str, values: dict[str, int]) -> float:

@@ -1,0 +1,229 @@
+"""Measure the GPU's own ceilings: DRAM copy bandwidth and matmul rate per dtype.
+
+    python -m services.evaluator.calibrate --out calibration.json
+
+An evaluator runs this once at start and stores the result in `calibrations` (`bandwidth_gbps`,
+`tflops_json` keyed by torch dtype name); `shared.hardware.HardwareSpec.with_calibration` puts
+the measured ceilings next to the datasheet ones, and the SOL model uses them where present.
+
+- Bandwidth: one large device-to-device copy (2 GiB by default, far beyond L2), bytes read plus
+  bytes written over the time of one copy; the median of the timed copies.
+- Matmul: 8192^3 products of random matrices (bf16, fp16, and fp8 e4m3 through `torch._scaled_mm`
+  where the GPU has fp8 tensor cores): 2 n^3 FLOPs over the median time.
+
+Each timed run is bracketed by CUDA events after warm-up runs. Nothing but torch is needed. The
+same functions run on a CPU device (with `time.perf_counter`), which is how they are tested.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from shared.hardware import HardwareSpec, UnknownHardwareError, lookup
+
+DEFAULT_COPY_BYTES = 2 << 30
+DEFAULT_MATMUL_N = 8192
+DEFAULT_REPEATS = 20
+WARMUP = 3
+MATMUL_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured ceilings of one device. `tflops` is keyed by torch dtype name."""
+
+    hardware: str
+    bandwidth_gbps: float
+    tflops: Mapping[str, float]
+    measured_at: str
+    torch_version: str
+    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    skipped: tuple[str, ...] = ()  # what could not be measured, and why
+
+    @property
+    def tflops_json(self) -> str:
+        """The `calibrations.tflops_json` column."""
+        return json.dumps(dict(self.tflops), sort_keys=True)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"hardware": self.hardware, "bandwidth_gbps": self.bandwidth_gbps, "tflops": dict(self.tflops),
+                "measured_at": self.measured_at, "torch_version": self.torch_version,
+                "settings": dict(self.settings), "skipped": list(self.skipped)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Calibration:
+        return cls(data["hardware"], float(data["bandwidth_gbps"]), MappingProxyType(dict(data["tflops"])),
+                   data["measured_at"], data["torch_version"], MappingProxyType(dict(data.get("settings", {}))),
+                   tuple(data.get("skipped", ())))
+
+    def apply_to(self, spec: HardwareSpec) -> HardwareSpec:
+        """The datasheet row with these measured ceilings attached."""
+        return spec.with_calibration(self.bandwidth_gbps, self.tflops)
+
+
+def time_ms(run: Callable[[], Any], device: torch.device, repeats: int, warmup: int = WARMUP) -> list[float]:
+    """Wall time of each of `repeats` calls after `warmup` untimed ones (CUDA events on a GPU)."""
+    for _ in range(warmup):
+        run()
+    _synchronize(device)
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            started = time.perf_counter()
+            run()
+            times.append((time.perf_counter() - started) * 1e3)
+    return times
+
+
+def measure_copy_bandwidth(device: torch.device, nbytes: int = DEFAULT_COPY_BYTES,
+                           repeats: int = DEFAULT_REPEATS) -> float:
+    """GB/s (1e9 B/s) of a device-to-device copy of `nbytes`, counting the read and the write."""
+    source = torch.empty(nbytes, dtype=torch.uint8, device=device).random_(0, 256)
+    target = torch.empty_like(source)
+    median_ms = statistics.median(time_ms(lambda: target.copy_(source), device, repeats))
+    return bandwidth_gbps(2 * nbytes, median_ms)
+
+
+def measure_matmul_tflops(device: torch.device, dtype: torch.dtype, n: int = DEFAULT_MATMUL_N,
+                          repeats: int = DEFAULT_REPEATS) -> float:
+    """TFLOP/s of an n x n x n matmul in `dtype` (fp8: `torch._scaled_mm`, bf16 output)."""
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(n, n, device=device, generator=generator)
+    b = torch.randn(n, n, device=device, generator=generator)
+    if dtype.itemsize == 1:
+        a8, b8 = a.to(dtype), b.to(dtype).t()  # _scaled_mm wants the second operand column-major
+        one = torch.ones((), device=device)
+        del a, b
+
+        def run() -> torch.Tensor:
+            return torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+    else:
+        a, b = a.to(dtype), b.to(dtype)
+
+        def run() -> torch.Tensor:
+            return torch.mm(a, b)
+    median_ms = statistics.median(time_ms(run, device, repeats))
+    return matmul_tflops(n, median_ms)
+
+
+def bandwidth_gbps(bytes_moved: int, ms: float) -> float:
+    return bytes_moved / (ms * 1e6)
+
+
+def matmul_tflops(n: int, ms: float) -> float:
+    return 2 * n**3 / (ms * 1e9)
+
+
+def calibrate(device: torch.device | str = "cuda", *, copy_bytes: int = DEFAULT_COPY_BYTES,
+              matmul_n: int = DEFAULT_MATMUL_N, repeats: int = DEFAULT_REPEATS,
+              dtypes: tuple[str, ...] = MATMUL_DTYPES) -> Calibration:
+    """Measure bandwidth and the matmul rate of each dtype the device supports."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
+    bandwidth = measure_copy_bandwidth(device, copy_bytes, repeats)
+    rates: dict[str, float] = {}
+    skipped: list[str] = []
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        reason = _unsupported(device, dtype)
+        if reason:
+            skipped.append(f"{name}: {reason}")
+            continue
+        rates[name] = measure_matmul_tflops(device, dtype, matmul_n, repeats)
+        _release(device)
+    return Calibration(
+        hardware=device_name(device), bandwidth_gbps=bandwidth, tflops=MappingProxyType(rates),
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), torch_version=torch.__version__,
+        settings=MappingProxyType({"copy_bytes": copy_bytes, "matmul_n": matmul_n, "repeats": repeats,
+                                   "warmup": WARMUP, "statistic": "median"}),
+        skipped=tuple(skipped))
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{device.type} ({torch.get_num_threads()} threads)"
+
+
+def _unsupported(device: torch.device, dtype: torch.dtype) -> str | None:
+    if dtype.itemsize != 1:
+        return None
+    if device.type != "cuda":
+        return "fp8 matmul is measured on CUDA devices only"
+    if torch.cuda.get_device_capability(device) < (8, 9):
+        return "no fp8 tensor cores before compute capability 8.9"
+    return None
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _release(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def format_table(calibration: Calibration, spec: HardwareSpec | None = None) -> str:
+    """Measured ceilings, next to the datasheet row when there is one."""
+    lines = [f"calibration of {calibration.hardware} (torch {calibration.torch_version}, "
+             f"{calibration.measured_at})",
+             f"{'ceiling':24} {'measured':>12} {'datasheet':>12} {'ratio':>7}"]
+    rows = [("copy bandwidth GB/s", calibration.bandwidth_gbps, spec.dram_gbps if spec else None)]
+    rows += [(f"{name} matmul TFLOP/s", value, spec.peak_tflops(name, use_measured=False) if spec else None)
+             for name, value in calibration.tflops.items()]
+    for label, measured, sheet in rows:
+        ratio = f"{measured / sheet:>7.2f}" if sheet else f"{'':>7}"
+        sheet_text = f"{sheet:>12.1f}" if sheet else f"{'-':>12}"
+        lines.append(f"{label:24} {measured:>12.1f} {sheet_text} {ratio}")
+    lines += [f"skipped: {reason}" for reason in calibration.skipped]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m services.evaluator.calibrate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--copy-mib", type=int, default=DEFAULT_COPY_BYTES >> 20)
+    parser.add_argument("--matmul-n", type=int, default=DEFAULT_MATMUL_N)
+    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    args = parser.parse_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        print("no CUDA device: pass --device cpu to try the measurements on the CPU", file=sys.stderr)
+        return 2
+    calibration = calibrate(args.device, copy_bytes=args.copy_mib << 20, matmul_n=args.matmul_n,
+                            repeats=args.repeats)
+    try:
+        spec = lookup(calibration.hardware)
+    except UnknownHardwareError:
+        spec = None
+    print(format_table(calibration, spec))
+    args.out.write_text(json.dumps(calibration.as_json(), indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
