@@ -87,7 +87,21 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
             timing_inputs = inputs
     with torch.no_grad():
         latency = time_runs(lambda i: reference.run(*timing_inputs.values()), device, _plan(job))
-    return {"status": "OK", "latency": latency.as_dict()}
+    result: dict[str, Any] = {"status": "OK", "latency": latency.as_dict()}
+    if job.get("measure_compile"):
+        result.update(_time_compiled(reference, timing_inputs, device, job))
+    return result
+
+
+def _time_compiled(reference: ModuleType, inputs: dict[str, Any], device: torch.device, job: dict) -> dict[str, Any]:
+    """torch.compile on the reference, for T_b. A reference that does not compile has no such time."""
+    try:
+        compiled = torch.compile(reference.run)
+        with torch.no_grad():
+            latency = time_runs(lambda i: compiled(*inputs.values()), device, _plan(job))
+    except Exception:  # any failure of the compiler stack only means there is no compiled baseline
+        return {"compile_error": _traceback()[-1000:]}
+    return {"compile_ms": latency.median_ms}
 
 
 def run_candidate(job: dict, definition: Definition, workload: Workload, index: int,

@@ -10,7 +10,7 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -18,14 +18,18 @@ from typing import Any
 import torch
 
 from services.evaluator.build import Build, build_solution
-from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.correctness import Check, compare
+from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.sandbox import run_child
+from services.evaluator.score import hardware_for, score_workload
+from shared.hardware import HardwareSpec
 from shared.schema import (
-    AttemptInfo, Correctness, Environment, Evaluation, Performance, Problem, Solution, Status, Timing, Trace,
+    AttemptInfo, Correctness, Environment, Evaluation, Performance, Problem, Solution, SolScore, Status, Timing,
+    Trace,
     Workload,
 )
 from shared.settings import Settings
+from shared.sol import problem_score
 
 log = logging.getLogger(__name__)
 CHILD = ["-m", "services.evaluator.child"]
@@ -43,6 +47,9 @@ class EvalConfig:
     scratch_dir: Path | None = None
     build_cache: BuildCache | None = None  # cubins by build key (the object store)
     arch: str | None = None  # nvcc target; default: the device's own (sm_90a on an H200)
+    hardware: HardwareSpec | None = None  # SOL ceilings; default: the row of the CUDA device, none on a CPU
+    measure_compile: bool = False  # time torch.compile on the reference too (T_b), when not cached
+    compile_baselines: dict[str, float | None] | None = None  # cached torch.compile times (None: fails)
 
     @classmethod
     def from_settings(cls, settings: Settings, device: str | None = None,
@@ -60,6 +67,8 @@ class AttemptResult:
     speedup: float | None
     workloads_passed: int
     message: str
+    sol_score: float | None = None  # mean of the workloads' displayed SOL scores, when all have one
+    compile_ms: dict[str, float | None] = field(default_factory=dict)  # torch.compile measured this time
 
     def traces_jsonl(self) -> bytes:
         return "".join(t.model_dump_json(exclude_none=True) + "\n" for t in self.traces).encode()
@@ -73,6 +82,7 @@ class _Outcome:
     latency_ms: float | None = None
     reference_ms: float | None = None
     timing: Timing | None = None
+    sol: SolScore | None = None
 
 
 def evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workloads: int | None = None,
@@ -90,10 +100,11 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workl
                                config.build_cache)
         if build.status is not None:
             outcomes = [_Outcome(build.status, build.log)] * len(workloads)
+            compiled: dict[str, float] = {}
         else:
-            outcomes = _run(problem, solution, workloads, build, config, dirs, say)
+            outcomes, compiled = _run(problem, solution, workloads, build, config, dirs, say)
     traces = [_trace(problem, solution, w, o, config, attempt) for w, o in zip(workloads, outcomes)]
-    return _summarize(traces, outcomes)
+    return _summarize(traces, compiled)
 
 
 def _run(problem: Problem, solution: Solution, workloads: list[Workload], build: Build,
@@ -111,6 +122,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     say(f"reference on {len(workloads)} workloads")
     reference = _child(dirs["ref"], config, dict(
         common, role="reference", seed=secrets.randbits(48), expected_dir=str(dirs["expected"]),
+        measure_compile=config.measure_compile,
         problem_root=str(problem.root) if problem.root else None,
         workloads=[w.model_dump(mode="json") for w in workloads], indices=list(range(len(workloads)))))
     outcomes: list[_Outcome | None] = []
@@ -121,8 +133,11 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
             runnable.append(index)
         else:
             outcomes.append(_Outcome(Status.INVALID_REFERENCE, result["message"]))
+    ref_results = reference.results([w.uuid for w in workloads], "the reference")
+    compiled = {w.uuid: r.get("compile_ms") for w, r in zip(workloads, ref_results)
+                if "compile_ms" in r or "compile_error" in r}  # None: torch.compile failed on it
     if not runnable:
-        return outcomes
+        return outcomes, compiled
     # The candidate runs as the same user: the expected outputs (and the seed in the reference's
     # job) must be gone from disk before it starts.
     expected = {p.stem: torch.load(p, weights_only=True) for p in dirs["expected"].glob("*.pt")}
@@ -135,16 +150,23 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         cubin_path=str(build.cubin_path) if build.cubin_path else None,
         destination_passing_style=solution.spec.destination_passing_style,
         workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable))
-    ref_results = reference.results([w.uuid for w in workloads], "the reference")
     sent = [workloads[i].uuid for i in runnable]
+    hardware = _hardware(config)
+    known_compile = {**(config.compile_baselines or {}), **compiled}
     for index, result in zip(runnable, candidate.results(sent, "the solution")):
         if result["status"] != "OK":
             outcomes[index] = _Outcome(Status(result["status"]), result["message"])
             continue
         check = _check_sets(problem, workloads[index], index, config, dirs, expected)
-        outcomes[index] = _Outcome(check.status, check.message, check, result["latency"]["median_ms"],
-                                   ref_results[index]["latency"]["median_ms"], Timing(**result["latency"]))
-    return outcomes
+        latency, eager = result["latency"]["median_ms"], ref_results[index]["latency"]["median_ms"]
+        verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, latency, eager,
+                                 known_compile.get(workloads[index].uuid)) if check.status is Status.PASSED else None
+        if verdict is not None and verdict.hack:
+            outcomes[index] = _Outcome(Status.REWARD_HACK, verdict.hack, check)
+            continue
+        outcomes[index] = _Outcome(check.status, check.message, check, latency, eager, Timing(**result["latency"]),
+                                   verdict.sol if verdict else None)
+    return outcomes, compiled
 
 
 @dataclass(frozen=True)
@@ -220,21 +242,25 @@ def _trace(problem: Problem, solution: Solution, workload: Workload, outcome: _O
     evaluation = Evaluation(status=outcome.status, environment=environment(config.device),
                             timestamp=datetime.now(timezone.utc).isoformat(), log=outcome.message,
                             correctness=correctness, performance=performance,
-                            timing=outcome.timing if outcome.status is Status.PASSED else None)
+                            timing=outcome.timing if outcome.status is Status.PASSED else None,
+                            sol=outcome.sol if outcome.status is Status.PASSED else None)
     return Trace(definition=problem.name, workload=workload, solution=solution.name, evaluation=evaluation,
                  attempt=attempt)
 
 
-def _summarize(traces: list[Trace], outcomes: list[_Outcome]) -> AttemptResult:
+def _summarize(traces: list[Trace], compiled: dict[str, float]) -> AttemptResult:
     failed = [t.evaluation for t in traces if t.evaluation.status is not Status.PASSED]
     passed = [t.evaluation.performance for t in traces if t.evaluation.status is Status.PASSED]
     if failed or not traces:
         first = failed[0] if failed else None
         status = first.status if first else Status.RUNTIME_ERROR
-        return AttemptResult(status, traces, None, None, len(passed), first.log if first else "no workloads")
+        return AttemptResult(status, traces, None, None, len(passed), first.log if first else "no workloads",
+                             compile_ms=compiled)
     latency = sum(p.latency_ms for p in passed) / len(passed)
     speedup = math.exp(sum(math.log(max(p.speedup_factor, 1e-12)) for p in passed) / len(passed))
-    return AttemptResult(Status.PASSED, traces, latency, speedup, len(passed), "")
+    sols = [t.evaluation.sol.score for t in traces if t.evaluation.sol is not None]
+    score = problem_score(sols) if len(sols) == len(traces) else None
+    return AttemptResult(Status.PASSED, traces, latency, speedup, len(passed), "", score, compiled)
 
 
 def environment(device: str) -> Environment:
@@ -252,6 +278,12 @@ def _cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def _hardware(config: EvalConfig) -> HardwareSpec | None:
+    if config.hardware is not None or not config.device.startswith("cuda") or not torch.cuda.is_available():
+        return config.hardware
+    return hardware_for(torch.cuda.get_device_name(torch.device(config.device)))
 
 
 def _arch(config: EvalConfig) -> str | None:

@@ -1,0 +1,55 @@
+"""Scoring a passed workload against the speed of light: T_sol from the SOL model on the evaluator's
+hardware row, T_b the faster of the eager reference (timed in this attempt) and torch.compile (timed
+once and cached), S = 1/(1 + (T_k − T_sol)/(T_b − T_sol)). A time below the most permissive physical
+floor is `REWARD_HACK`, never a record.
+
+On a device without a hardware row (the CPU, an unknown GPU) there is no T_sol: traces carry no SOL
+block and no floor applies.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from shared.hardware import HardwareSpec, UnknownHardwareError, lookup
+from shared.schema import Definition, SolScore, Workload
+from shared.sol import SolCountError, baseline_ms, count_work, estimate, hack_floor_ms, sol_score
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    sol: SolScore | None
+    hack: str | None  # why the time cannot be real, or None
+
+
+def hardware_for(device_name: str) -> HardwareSpec | None:
+    try:
+        return lookup(device_name)
+    except UnknownHardwareError:
+        return None
+
+
+def score_workload(definition: Definition, workload: Workload, problem_root: Path | None,
+                   hardware: HardwareSpec | None, latency_ms: float, eager_ms: float,
+                   compile_ms: float | None) -> Verdict:
+    if hardware is None:
+        return Verdict(None, None)
+    try:
+        work = count_work(definition, workload, problem_root)
+    except SolCountError as error:
+        log.info("no T_sol for %s %s: %s", definition.name, workload.uuid, error)
+        return Verdict(None, None)
+    floor = hack_floor_ms(work, hardware)
+    if latency_ms < floor:
+        return Verdict(None, f"median latency {latency_ms:.6g} ms is below the physical floor {floor:.6g} ms on "
+                             f"{hardware.name} (work and bytes counted from the reference): the measurement "
+                             f"cannot be real")
+    sol = estimate(work, hardware)
+    t_b = baseline_ms(eager_ms, compile_ms)
+    score = sol_score(latency_ms, t_b, sol.t_sol_ms)
+    return Verdict(SolScore(t_sol_ms=sol.t_sol_ms, t_baseline_ms=t_b, score=score.display, bound=sol.bound.value,
+                            hardware=hardware.name), None)

@@ -1,0 +1,50 @@
+"""SOL scoring inside the evaluator, on the CPU with a hardware row given explicitly."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
+from services.evaluator.evaluate import evaluate
+from shared.hardware import lookup
+from shared.schema import Status
+
+AFFINE = "import torch\n\ndef run(x, w, b, y):\n    y.copy_(x * w + b)\n"
+
+
+@pytest.fixture(scope="module")
+def problem(tmp_path_factory):
+    return make_problem(tmp_path_factory.mktemp("score"), affine_definition(), affine_workloads())
+
+
+def test_no_hardware_row_means_no_sol_block(problem):
+    result = evaluate(problem, make_solution(AFFINE), FAST)
+    assert result.status is Status.PASSED, result.message
+    assert all(t.evaluation.sol is None for t in result.traces)
+    assert result.sol_score is None
+
+
+def test_passed_workloads_carry_t_sol_t_b_and_a_score(problem):
+    config = dataclasses.replace(FAST, hardware=lookup("NVIDIA H200"))
+    result = evaluate(problem, make_solution(AFFINE), config)
+    assert result.status is Status.PASSED, result.message
+    for trace in result.traces:
+        sol = trace.evaluation.sol
+        perf = trace.evaluation.performance
+        assert sol.hardware == "H200 SXM" and sol.bound == "memory"
+        assert 0 < sol.t_sol_ms < perf.latency_ms  # a CPU is far from an H200's limit
+        assert sol.t_baseline_ms == pytest.approx(perf.reference_latency_ms)  # eager only: nothing compiled
+        assert 0.0 <= sol.score <= 1.0
+    assert result.sol_score == pytest.approx(sum(t.evaluation.sol.score for t in result.traces) / 2)
+
+
+def test_a_time_below_the_physical_floor_is_a_reward_hack(problem):
+    # A machine so slow that any real measurement here is impossibly fast for it.
+    slow = dataclasses.replace(lookup("NVIDIA H200"), dram_gbps=1e-9)
+    config = dataclasses.replace(FAST, hardware=slow)
+    result = evaluate(problem, make_solution(AFFINE), config)
+    assert result.status is Status.REWARD_HACK
+    assert "below the physical floor" in result.message
+    assert all(t.evaluation.performance is None for t in result.traces)
