@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import platform
 import secrets
 import shutil
@@ -20,7 +21,7 @@ import torch
 from services.evaluator.build import Build, build_solution
 from services.evaluator.correctness import Check, compare
 from services.evaluator.nvcc import BuildCache, arch_for
-from services.evaluator.sandbox import run_child
+from services.evaluator.sandbox import run_child, unprivileged_ids
 from services.evaluator.score import hardware_for, score_workload
 from shared.hardware import HardwareSpec
 from shared.schema import (
@@ -43,13 +44,14 @@ class EvalConfig:
     warmup_runs: int = 2
     timing_runs: int = 20
     timing_budget_s: float = 1.0
-    attempt_timeout_s: float = 300.0
+    attempt_timeout_s: float = 300.0  # the candidate child's hard limit
     scratch_dir: Path | None = None
     build_cache: BuildCache | None = None  # cubins by build key (the object store)
     arch: str | None = None  # nvcc target; default: the device's own (sm_90a on an H200)
     hardware: HardwareSpec | None = None  # SOL ceilings; default: the row of the CUDA device, none on a CPU
     measure_compile: bool = False  # time torch.compile on the reference too (T_b), when not cached
     compile_baselines: dict[str, float | None] | None = None  # cached torch.compile times (None: fails)
+    reference_timeout_s: float = 900.0  # the trusted reference child's limit (torch.compile included)
 
     @classmethod
     def from_settings(cls, settings: Settings, device: str | None = None,
@@ -197,12 +199,31 @@ def _child(home: Path, config: EvalConfig, job: dict[str, Any]) -> _ChildResults
     job["result_path"] = str(home / "result.json")
     job_path = home / "job.json"
     job_path.write_text(json.dumps(job))
-    run = run_child([*CHILD, str(job_path)], home, config.attempt_timeout_s, home / "child.log")
+    untrusted = job["role"] == "candidate"
+    if untrusted:
+        _hand_over(home, Path(job["inputs_dir"]), Path(job["outputs_dir"]))
+    timeout_s = config.attempt_timeout_s if untrusted else max(config.attempt_timeout_s, config.reference_timeout_s)
+    run = run_child([*CHILD, str(job_path)], home, timeout_s, home / "child.log", isolate=untrusted)
     result_path = home / "result.json"
     workloads = json.loads(result_path.read_text())["workloads"] if result_path.exists() else []
     if run.exit_code not in (0, None) or run.timed_out:
         log.info("child %s exited %s timed_out=%s", job["role"], run.exit_code, run.timed_out)
-    return _ChildResults(workloads, run.timed_out, run.exit_code, run.log, config.attempt_timeout_s)
+    return _ChildResults(workloads, run.timed_out, run.exit_code, run.log, timeout_s)
+
+
+def _hand_over(home: Path, inputs: Path, outputs: Path) -> None:
+    """When the candidate runs as an unprivileged user: its home and output folder become its own,
+    the inputs readable, the attempt folder traversable but not listable. Nothing else is shared."""
+    ids = unprivileged_ids()
+    if ids is None:
+        return
+    home.parent.chmod(0o711)
+    inputs.chmod(0o755)
+    for path in inputs.iterdir():
+        path.chmod(0o644)
+    for folder in (home, outputs):
+        for path in (folder, *folder.rglob("*")):
+            os.chown(path, *ids)
 
 
 def _check_sets(problem: Problem, workload: Workload, index: int, config: EvalConfig,

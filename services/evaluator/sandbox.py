@@ -2,11 +2,20 @@
 
 The child gets only what it needs (PATH, a private HOME and TMPDIR, the import path of this
 package, the GPU it may use); the parent kills the whole process group when time runs out.
+
+An untrusted child (`isolate=True`) is also confined, as far as the evaluator's privileges allow:
+limits on open files, file size, processes and core dumps always; when the evaluator runs as root,
+a network namespace of its own (no interface but a downed loopback) and the identity of `nobody`,
+so that it can read neither the evaluator's environment (/proc/<pid>/environ) nor files it was not
+given. `isolation()` says what was applied on this machine.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import pwd
+import resource
 import signal
 import subprocess
 import sys
@@ -17,6 +26,15 @@ from pathlib import Path
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "LANG")
 LOG_TAIL_CHARS = 8000
+CLONE_NEWNET = 0x40000000
+LIMITS = {
+    resource.RLIMIT_NOFILE: 4096,
+    resource.RLIMIT_FSIZE: 64 << 30,  # no file larger than 64 GiB
+    resource.RLIMIT_CORE: 0,
+}
+NPROC_LIMIT = 4096  # threads count too: torch starts many
+UNPRIVILEGED_USER = "nobody"
+_IDS: tuple[int, int] | None = None  # decided before the fork: the preexec hook must stay minimal
 
 
 @dataclass(frozen=True)
@@ -36,13 +54,51 @@ def scrubbed_env(home: Path) -> dict[str, str]:
     return env
 
 
-def run_child(args: list[str], workdir: Path, timeout_s: float, log_path: Path) -> ChildRun:
-    """`python -m <args>` in `workdir`; stdout and stderr go to `log_path`."""
+def isolation() -> dict[str, bool]:
+    """What confinement an untrusted child gets here: rlimits always; a private network and the
+    `nobody` identity only when the evaluator runs as root (the latter also needs an interpreter
+    and libraries that `nobody` may read)."""
+    root = os.geteuid() == 0
+    return {"limits": True, "network_namespace": root and _can_unshare_net(),
+            "unprivileged_user": unprivileged_ids() is not None}
+
+
+def unprivileged_ids() -> tuple[int, int] | None:
+    """(uid, gid) the candidate runs as, or None when the evaluator cannot switch: not root, or
+    Python itself or this package lies where others may not read (a root-only home directory)."""
+    if os.geteuid() != 0 or not all(_world_usable(Path(p)) for p in _needed_paths()):
+        return None
+    user = pwd.getpwnam(UNPRIVILEGED_USER)
+    return user.pw_uid, user.pw_gid
+
+
+def _needed_paths() -> list[str]:
+    import torch
+
+    return [os.path.realpath(sys.executable), os.path.dirname(os.__file__), str(PACKAGE_ROOT),
+            os.path.dirname(torch.__file__)]
+
+
+def _world_usable(path: Path) -> bool:
+    """Every folder on the way is enterable by others, and the path itself readable."""
+    for part in [path, *path.parents]:
+        mode = part.stat().st_mode
+        if part != path and not mode & 0o001:
+            return False
+    return bool(path.stat().st_mode & 0o004)
+
+
+def run_child(args: list[str], workdir: Path, timeout_s: float, log_path: Path, isolate: bool = False) -> ChildRun:
+    """`python -m <args>` in `workdir`; stdout and stderr go to `log_path`. With `isolate`, the
+    child is confined (see the module docstring); the folders it must write are the caller's to
+    hand over (`unprivileged_ids`)."""
     started = time.monotonic()
     with open(log_path, "wb") as log:
+        global _IDS
+        _IDS = unprivileged_ids() if isolate else None
         process = subprocess.Popen([sys.executable, *args], cwd=workdir, env=scrubbed_env(workdir),
                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+                                   start_new_session=True, preexec_fn=_confine if isolate else None)
         timed_out = False
         try:
             process.wait(timeout=timeout_s)
@@ -65,3 +121,33 @@ def _kill_group(process: subprocess.Popen) -> None:
 def _tail(path: Path) -> str:
     data = path.read_bytes()[-LOG_TAIL_CHARS:]
     return data.decode(errors="replace")
+
+
+def _confine() -> None:
+    """Runs in the child between fork and exec: limits, then network, then identity (last, since
+    the first two need the privileges the last one gives up)."""
+    for limit, value in LIMITS.items():
+        resource.setrlimit(limit, (value, value))
+    if os.geteuid() != 0:
+        return
+    if _libc().unshare(CLONE_NEWNET) != 0:
+        os.write(2, b"kernelswarm sandbox: no network namespace here; network stays reachable\n")
+    ids = _IDS
+    if ids is None:
+        return
+    resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
+    uid, gid = ids
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _can_unshare_net() -> bool:
+    """Whether this machine lets a root process make a network namespace (containers may not)."""
+    probe = subprocess.run([sys.executable, "-c", "import ctypes,sys; "
+                            f"sys.exit(ctypes.CDLL(None).unshare({CLONE_NEWNET}) != 0)"], capture_output=True)
+    return probe.returncode == 0
