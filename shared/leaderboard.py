@@ -1,13 +1,18 @@
 """The leaderboard: one row a problem with its best PASSED attempt. Shared by the web app and the CLI.
 
-Pure queries, no writes. Three statements whatever the number of problems and attempts: the problems
-in scope, per-problem counts with the latest finished attempt, and the best PASSED attempt, the last
-two ranked in SQL with window functions.
+Pure queries, no writes. Five statements whatever the number of problems and attempts: the problems
+in scope, their definitions (for the source model), per-problem counts and costs with the latest
+finished attempt, the best PASSED attempt (the last two ranked in SQL with window functions), and the
+best attempts' per-workload baselines. `problem_figures` computes any subset of the problems, and
+`status_counts` tells cheaply which problems changed: the web app keeps figures between requests
+with them (services/web/leaderboard_cache.py).
 """
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -16,33 +21,63 @@ from rich.table import Table
 from sqlalchemy import Select, case, func, select
 from sqlalchemy.orm import Session
 
-from shared.db.models import AttemptRow, CampaignProblemRow, CampaignRow, ProblemRow, SolutionRow
+from shared.db.models import AttemptRow, CampaignProblemRow, CampaignRow, ProblemRow, SolutionRow, TraceRow
 from shared.errors import NotFoundError
 
 IN_FLIGHT = ("PENDING", "RUNNING")
 PASSED = "PASSED"
 NO_ATTEMPTS = "NO_ATTEMPTS"
+MAX_IDS_PER_QUERY = 2000  # more problems than this are read whole, not listed in an IN clause
 
 
 class LeaderboardEntry(BaseModel):
-    """One problem. `speedup` is over the PyTorch reference (geomean over workloads) and, with
-    `best_latency_ms`, `language` and `author`, comes from the best PASSED attempt; all are None
-    when the problem has none. `status` is PASSED if any attempt passed, else the latest finished
-    attempt's status, else NO_ATTEMPTS."""
+    """One problem. The best attempt is the PASSED one with the highest SOL score, then the highest
+    speedup, then the lowest latency, then the earliest. `best_*`, `sol_score`, both speedups,
+    `language`, `author`, `model` and `last_improvement_at` describe it and are None when the problem
+    has no PASSED attempt (`sol_score` and `speedup_over_baseline` also while the SOL model has not
+    scored it). `status` is PASSED if any attempt passed, else the latest finished attempt's status,
+    else NO_ATTEMPTS."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     op_type: str | None
+    source_model: str | None  # the definition's hf_id: the model the problem was cut from
     attempts: int  # finished attempts (in the campaign, when one is given)
     passed_attempts: int
+    tokens: int  # spent on the finished attempts
+    gpu_seconds: float
     best_attempt_id: str | None
     best_latency_ms: float | None
-    speedup: float | None
+    sol_score: float | None  # 0.5 at the baseline T_b, 1.0 at the hardware limit
+    speedup: float | None  # over the eager PyTorch reference, geomean over workloads
+    speedup_over_baseline: float | None  # over T_b (best of eager and torch.compile), geomean
     language: str | None
     author: str | None
+    model: str | None  # the LLM that wrote the best solution, if one did
     status: str
     last_attempt_at: datetime | None  # UTC, when the latest finished attempt finished
+    last_improvement_at: datetime | None  # UTC, when the best attempt finished
+
+
+class LeaderboardSummary(BaseModel):
+    """The figures a campaign is judged by. Shares are over all problems in scope; the geomeans
+    and the median over the problems that have the figure (None when none has)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    problems: int
+    solved: int
+    geomean_speedup_over_baseline: float | None
+    beating_baseline: float  # share of problems faster than T_b
+    above_2x_baseline: float
+    median_sol_score: float | None
+    geomean_speedup: float | None  # over the eager reference
+    beating_reference: float
+    above_2x: float
+    attempts: int
+    gpu_hours: float
+    tokens: int
 
 
 class Leaderboard(BaseModel):
@@ -50,47 +85,125 @@ class Leaderboard(BaseModel):
 
     generated_at: datetime  # UTC
     campaign_id: int | None
-    problems: list[LeaderboardEntry]  # best speedup first; problems without a PASSED attempt last, by name
+    summary: LeaderboardSummary
+    problems: list[LeaderboardEntry]  # best first; problems without a PASSED attempt last, by name
 
 
 @dataclass(frozen=True)
-class LeaderboardSummary:
-    """The campaign-level figures: geomean speedup over the reference across solved problems, and
-    the share of all problems beating the reference (> 1x) and above 2x."""
+class ProblemFigures:
+    """One problem's figures, everything of its entry but its name and op type."""
 
-    problems: int
-    solved: int
-    geomean_speedup: float | None
-    beating_reference: float
-    above_2x: float
+    source_model: str | None
+    attempts: int
+    passed_attempts: int
+    tokens: int
+    gpu_seconds: float
+    best_attempt_id: str | None
+    best_latency_ms: float | None
+    sol_score: float | None
+    speedup: float | None
+    speedup_over_baseline: float | None
+    language: str | None
+    author: str | None
+    model: str | None
+    status: str
+    last_attempt_at: datetime | None
+    last_improvement_at: datetime | None
 
 
 def leaderboard(session: Session, campaign_id: int | None = None) -> Leaderboard:
     """Every problem (or the campaign's problems, counting only the campaign's attempts)."""
+    check_campaign(session, campaign_id)
+    generated_at = datetime.now(timezone.utc)
+    problems = problems_in_scope(session, campaign_id)
+    return assemble(generated_at, campaign_id, problems, problem_figures(session, campaign_id))
+
+
+def check_campaign(session: Session, campaign_id: int | None) -> None:
     if campaign_id is not None and session.get(CampaignRow, campaign_id) is None:
         raise NotFoundError(f"no campaign {campaign_id}")
-    generated_at = datetime.now(timezone.utc)
-    problems = session.execute(_problems_query(campaign_id)).all()
-    counts = {row.problem_id: row for row in session.execute(_latest_query(campaign_id))}
-    bests = {row.problem_id: row for row in session.execute(_best_query(campaign_id))}
-    entries = [_entry(problem, counts.get(problem.id), bests.get(problem.id)) for problem in problems]
-    entries.sort(key=_sort_key)
-    return Leaderboard(generated_at=generated_at, campaign_id=campaign_id, problems=entries)
 
 
-def _problems_query(campaign_id: int | None) -> Select:
+def problems_in_scope(session: Session, campaign_id: int | None) -> list:
+    """(id, name, op_type) of every problem, or of the campaign's."""
     query = select(ProblemRow.id, ProblemRow.name, ProblemRow.op_type)
     if campaign_id is not None:
         query = query.join(CampaignProblemRow, CampaignProblemRow.problem_id == ProblemRow.id).where(
             CampaignProblemRow.campaign_id == campaign_id
         )
-    return query
+    return list(session.execute(query))
 
 
-def _finished_attempts(query: Select, campaign_id: int | None) -> Select:
+def problem_figures(session: Session, campaign_id: int | None,
+                    problem_ids: list[int] | None = None) -> dict[int, ProblemFigures]:
+    """Figures of the given problems (all when None), in four statements whatever their number."""
+    restrict = None if problem_ids is None or len(problem_ids) > MAX_IDS_PER_QUERY else problem_ids
+    definitions = select(ProblemRow.id, ProblemRow.definition_json)
+    if restrict is not None:
+        definitions = definitions.where(ProblemRow.id.in_(restrict))
+    models = {row.id: _source_model(row.definition_json) for row in session.execute(definitions)}
+    counts = {row.problem_id: row for row in session.execute(_latest_query(campaign_id, restrict))}
+    bests = {row.problem_id: row for row in session.execute(_best_query(campaign_id, restrict))}
+    over_baseline = _speedups_over_baseline(session, [best.id for best in bests.values()])
+    wanted = models.keys() if problem_ids is None else problem_ids
+    return {pid: _figures(models.get(pid), counts.get(pid), bests.get(pid), over_baseline) for pid in wanted}
+
+
+def status_counts(session: Session, campaign_id: int | None,
+                  problem_ids: list[int] | None = None) -> dict[int, tuple[tuple[str, int], ...]]:
+    """Per problem, its finished attempts counted by status: one read of the (problem_id, status)
+    index. Every attempt that finishes changes it (the evaluator writes status and figures together);
+    attempts in flight count for nothing on the leaderboard, so they are left out."""
+    query = select(AttemptRow.problem_id, AttemptRow.status, func.count()).where(AttemptRow.status.not_in(IN_FLIGHT))
+    if campaign_id is not None:
+        query = query.where(AttemptRow.campaign_id == campaign_id)
+    if problem_ids is not None:
+        query = query.where(AttemptRow.problem_id.in_(problem_ids))
+    counts: dict[int, list[tuple[str, int]]] = {}
+    for problem_id, status, count in session.execute(query.group_by(AttemptRow.problem_id, AttemptRow.status)):
+        counts.setdefault(problem_id, []).append((status, count))
+    return {problem_id: tuple(sorted(pairs)) for problem_id, pairs in counts.items()}
+
+
+def last_trace_id(session: Session) -> int:
+    """The newest traces row (a primary-key lookup): the evaluator writes an attempt's traces in the
+    transaction that finishes it."""
+    return session.scalar(select(func.max(TraceRow.id))) or 0
+
+
+def problems_with_traces_after(session: Session, trace_id: int, campaign_id: int | None) -> set[int]:
+    """Problems with attempts whose traces rows came after `trace_id` (a primary-key range)."""
+    query = (select(AttemptRow.problem_id).join(TraceRow, TraceRow.attempt_id == AttemptRow.id)
+             .where(TraceRow.id > trace_id).distinct())
+    if campaign_id is not None:
+        query = query.where(AttemptRow.campaign_id == campaign_id)
+    return set(session.scalars(query))
+
+
+def assemble(generated_at: datetime, campaign_id: int | None, problems: list,
+             figures: dict[int, ProblemFigures]) -> Leaderboard:
+    return assemble_entries(generated_at, campaign_id, [entry(p, figures[p.id]) for p in problems])
+
+
+def entry(problem, figures: ProblemFigures | LeaderboardEntry) -> LeaderboardEntry:
+    """The entry of `problem` (id, name, op_type) with the figures of a ProblemFigures or an entry."""
+    values = {name: getattr(figures, name) for name in ProblemFigures.__dataclass_fields__}
+    return LeaderboardEntry(name=problem.name, op_type=problem.op_type, **values)
+
+
+def assemble_entries(generated_at: datetime, campaign_id: int | None,
+                     entries: list[LeaderboardEntry]) -> Leaderboard:
+    entries = sorted(entries, key=_sort_key)
+    return Leaderboard.model_construct(generated_at=generated_at, campaign_id=campaign_id,
+                                       summary=summarize(entries), problems=entries)
+
+
+def _finished_attempts(query: Select, campaign_id: int | None, problem_ids: list[int] | None) -> Select:
     query = query.where(AttemptRow.status.not_in(IN_FLIGHT))
     if campaign_id is not None:
         query = query.where(AttemptRow.campaign_id == campaign_id)
+    if problem_ids is not None:
+        query = query.where(AttemptRow.problem_id.in_(problem_ids))
     return query
 
 
@@ -98,8 +211,9 @@ def _finished_at():
     return func.coalesce(AttemptRow.finished_at, AttemptRow.created_at)
 
 
-def _latest_query(campaign_id: int | None) -> Select:
-    """Per problem: finished and PASSED counts, and the status and time of the latest finished attempt."""
+def _latest_query(campaign_id: int | None, problem_ids: list[int] | None) -> Select:
+    """Per problem: finished and PASSED counts, tokens and GPU seconds, and the status and time of
+    the latest finished attempt."""
     by_problem = {"partition_by": AttemptRow.problem_id}
     latest_first = (_finished_at().desc(), AttemptRow.created_at.desc(), AttemptRow.id.desc())
     ranked = _finished_attempts(
@@ -109,56 +223,97 @@ def _latest_query(campaign_id: int | None) -> Select:
             _finished_at().label("finished_at"),
             func.count().over(**by_problem).label("attempts"),
             func.sum(case((AttemptRow.status == PASSED, 1), else_=0)).over(**by_problem).label("passed"),
+            func.sum(AttemptRow.tokens).over(**by_problem).label("tokens"),
+            func.sum(AttemptRow.gpu_seconds).over(**by_problem).label("gpu_seconds"),
             func.row_number().over(**by_problem, order_by=latest_first).label("rank"),
         ),
-        campaign_id,
+        campaign_id, problem_ids,
     ).subquery()
     return select(ranked).where(ranked.c.rank == 1)
 
 
-def _best_query(campaign_id: int | None) -> Select:
-    """Per problem, the PASSED attempt with the highest speedup; ties go to the lower latency, then
-    the earlier attempt. Missing figures sort last on every database (no NULLS LAST needed)."""
-    best_first = (
+def best_order() -> tuple:
+    """Best first: highest SOL score, highest speedup, lowest latency, earliest. Missing figures sort
+    last on every database (no NULLS LAST needed)."""
+    return (
+        AttemptRow.sol_score.is_(None), AttemptRow.sol_score.desc(),
         AttemptRow.speedup.is_(None), AttemptRow.speedup.desc(),
         AttemptRow.latency_ms.is_(None), AttemptRow.latency_ms.asc(),
         _finished_at().asc(), AttemptRow.created_at.asc(), AttemptRow.id.asc(),
     )
+
+
+def _best_query(campaign_id: int | None, problem_ids: list[int] | None) -> Select:
+    """Per problem, the best PASSED attempt (`best_order`)."""
     ranked = _finished_attempts(
         select(
             AttemptRow.problem_id,
             AttemptRow.id,
             AttemptRow.latency_ms,
             AttemptRow.speedup,
+            AttemptRow.sol_score,
+            AttemptRow.model,
+            _finished_at().label("finished_at"),
             SolutionRow.language,
             SolutionRow.author,
-            func.row_number().over(partition_by=AttemptRow.problem_id, order_by=best_first).label("rank"),
+            func.row_number().over(partition_by=AttemptRow.problem_id, order_by=best_order()).label("rank"),
         )
         .join(SolutionRow, SolutionRow.hash == AttemptRow.solution_hash)
         .where(AttemptRow.status == PASSED),
-        campaign_id,
+        campaign_id, problem_ids,
     ).subquery()
     return select(ranked).where(ranked.c.rank == 1)
 
 
-def _entry(problem, counts, best) -> LeaderboardEntry:
+def _speedups_over_baseline(session: Session, attempt_ids: list[str]) -> dict[str, float]:
+    """Per attempt, the geomean over its workloads of T_b / latency (workloads with both figures)."""
+    if not attempt_ids:
+        return {}
+    rows = session.execute(
+        select(TraceRow.attempt_id, TraceRow.t_baseline_ms, TraceRow.latency_ms).where(
+            TraceRow.attempt_id.in_(attempt_ids), TraceRow.t_baseline_ms > 0, TraceRow.latency_ms > 0)
+    )
+    ratios: dict[str, list[float]] = {}
+    for row in rows:
+        ratios.setdefault(row.attempt_id, []).append(row.t_baseline_ms / row.latency_ms)
+    return {attempt_id: geomean(values) for attempt_id, values in ratios.items()}
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _source_model(definition_json: str) -> str | None:
+    try:
+        hf_id = json.loads(definition_json).get("hf_id")
+    except (ValueError, AttributeError):  # a hand-written row that is not a JSON object
+        return None
+    return hf_id or None
+
+
+def _figures(source_model: str | None, counts, best, over_baseline: dict[str, float]) -> ProblemFigures:
     status = PASSED if best is not None else counts.status if counts is not None else NO_ATTEMPTS
-    return LeaderboardEntry(
-        name=problem.name,
-        op_type=problem.op_type,
+    return ProblemFigures(
+        source_model=source_model,
         attempts=counts.attempts if counts is not None else 0,
         passed_attempts=int(counts.passed or 0) if counts is not None else 0,
+        tokens=int(counts.tokens or 0) if counts is not None else 0,
+        gpu_seconds=float(counts.gpu_seconds or 0.0) if counts is not None else 0.0,
         best_attempt_id=best.id if best is not None else None,
         best_latency_ms=best.latency_ms if best is not None else None,
+        sol_score=best.sol_score if best is not None else None,
         speedup=best.speedup if best is not None else None,
+        speedup_over_baseline=over_baseline.get(best.id) if best is not None else None,
         language=best.language if best is not None else None,
         author=best.author if best is not None else None,
+        model=best.model if best is not None else None,
         status=status,
-        last_attempt_at=_as_utc(counts.finished_at) if counts is not None else None,
+        last_attempt_at=as_utc(counts.finished_at) if counts is not None else None,
+        last_improvement_at=as_utc(best.finished_at) if best is not None else None,
     )
 
 
-def _as_utc(moment: datetime | None) -> datetime | None:
+def as_utc(moment: datetime | None) -> datetime | None:
     """The DB keeps naive UTC; the leaderboard says so."""
     if moment is None or moment.tzinfo is not None:
         return moment
@@ -166,19 +321,32 @@ def _as_utc(moment: datetime | None) -> datetime | None:
 
 
 def _sort_key(entry: LeaderboardEntry) -> tuple:
-    return (entry.best_attempt_id is None, entry.speedup is None, -(entry.speedup or 0.0), entry.name)
+    return (entry.best_attempt_id is None, entry.sol_score is None, -(entry.sol_score or 0.0),
+            entry.speedup is None, -(entry.speedup or 0.0), entry.name)
 
 
-def summarize(board: Leaderboard) -> LeaderboardSummary:
-    speedups = [e.speedup for e in board.problems if e.speedup is not None and e.speedup > 0]
-    total = len(board.problems)
-    geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+def summarize(entries: list[LeaderboardEntry]) -> LeaderboardSummary:
+    total = len(entries)
+    over_baseline = [e.speedup_over_baseline for e in entries if e.speedup_over_baseline]
+    over_reference = [e.speedup for e in entries if e.speedup is not None and e.speedup > 0]
+    scores = [e.sol_score for e in entries if e.sol_score is not None]
+
+    def share(values: list[float], above: float) -> float:
+        return sum(1 for v in values if v > above) / total if total else 0.0
+
     return LeaderboardSummary(
         problems=total,
-        solved=sum(1 for e in board.problems if e.best_attempt_id is not None),
-        geomean_speedup=geomean,
-        beating_reference=sum(1 for s in speedups if s > 1.0) / total if total else 0.0,
-        above_2x=sum(1 for s in speedups if s > 2.0) / total if total else 0.0,
+        solved=sum(1 for e in entries if e.best_attempt_id is not None),
+        geomean_speedup_over_baseline=geomean(over_baseline) if over_baseline else None,
+        beating_baseline=share(over_baseline, 1.0),
+        above_2x_baseline=share(over_baseline, 2.0),
+        median_sol_score=statistics.median(scores) if scores else None,
+        geomean_speedup=geomean(over_reference) if over_reference else None,
+        beating_reference=share(over_reference, 1.0),
+        above_2x=share(over_reference, 2.0),
+        attempts=sum(e.attempts for e in entries),
+        gpu_hours=sum(e.gpu_seconds for e in entries) / 3600.0,
+        tokens=sum(e.tokens for e in entries),
     )
 
 
@@ -189,7 +357,9 @@ def render_table(board: Leaderboard) -> Table:
     table.add_column("#", justify="right")
     table.add_column("problem")
     table.add_column("op")
+    table.add_column("SOL", justify="right")
     table.add_column("best ms", justify="right")
+    table.add_column("vs T_b", justify="right")
     table.add_column("speedup", justify="right")
     table.add_column("status")
     table.add_column("passed/attempts", justify="right")
@@ -200,12 +370,14 @@ def render_table(board: Leaderboard) -> Table:
             str(rank),
             entry.name,
             entry.op_type or "",
+            _format(entry.sol_score, "{:.3f}"),
             _format(entry.best_latency_ms, "{:.4f}"),
+            _format(entry.speedup_over_baseline, "{:.2f}x"),
             _format(entry.speedup, "{:.2f}x"),
             _styled_status(entry.status),
             f"{entry.passed_attempts}/{entry.attempts}",
             entry.language or "",
-            entry.author or "",
+            entry.model or entry.author or "",
         )
     return table
 

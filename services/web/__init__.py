@@ -1,23 +1,44 @@
-"""The web app: the leaderboard page, its JSON API and a health check (Flask's application factory)."""
+"""The web app: leaderboard, problem pages, submission, status, their JSON API and a health check
+(Flask's application factory)."""
 
 from __future__ import annotations
 
 from flask import Flask
 
+from services.web import (
+    auth,
+    backends,
+    errors,
+    filters,
+    health,
+    leaderboard,
+    leaderboard_cache,
+    problems,
+    status,
+    submit,
+)
 from services.web import db as web_db
-from services.web import errors, health, leaderboard
+from services.web.submission import MAX_REQUEST_BYTES
 from shared.db.session import Database
 from shared.settings import Settings
+from shared.store import ObjectStore
 
 
-def create_app(settings: Settings | None = None, db: Database | None = None) -> Flask:
+def create_app(settings: Settings | None = None, db: Database | None = None,
+               store: ObjectStore | None = None) -> Flask:
     """Build the app. Without `settings` they come from the environment; without `db` one is
-    opened (and migrated) at `settings.db_url`."""
+    opened (and migrated) at `settings.db_url`; without `store` the settings' store is opened on
+    first use."""
     settings = settings if settings is not None else Settings.from_env()
     app = Flask(__name__)
     app.config["KERNELSWARM_SETTINGS"] = settings
+    app.config.update(MAX_CONTENT_LENGTH=MAX_REQUEST_BYTES, MAX_FORM_MEMORY_SIZE=MAX_REQUEST_BYTES)
     web_db.init_app(app, db if db is not None else Database(settings.db_url))
+    backends.init_app(app, settings, store)
+    leaderboard_cache.init_app(app)
+    auth.init_app(app, settings.submit_token)
+    filters.init_app(app)
     errors.init_app(app)
-    app.register_blueprint(leaderboard.bp)
-    app.register_blueprint(health.bp)
+    for blueprint in (leaderboard.bp, problems.bp, submit.bp, status.bp, auth.bp, health.bp):
+        app.register_blueprint(blueprint)
     return app

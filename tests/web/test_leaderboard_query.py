@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import timezone
 
 import pytest
@@ -9,7 +10,7 @@ from rich.console import Console
 from sqlalchemy import event
 
 from shared.errors import NotFoundError
-from shared.leaderboard import leaderboard, render_table, summarize
+from shared.leaderboard import leaderboard, problem_figures, render_table
 
 
 def board_of(db, campaign_id=None):
@@ -129,7 +130,7 @@ def test_query_count_does_not_grow_with_problems_or_attempts(db, seed):
     assert len(board.problems) == 15
     assert board.problems[0].name == "p14"
     assert board.problems[0].speedup == 1.0 + 14 + 3
-    assert len(statements) <= 4
+    assert len(statements) <= 5
 
 
 def test_summary_counts_solved_and_geomean(db, seed):
@@ -138,7 +139,7 @@ def test_summary_counts_solved_and_geomean(db, seed):
     seed.attempt(seed.problem("c"), "COMPILE_ERROR")
     seed.problem("d")
 
-    summary = summarize(board_of(db))
+    summary = board_of(db).summary
 
     assert (summary.problems, summary.solved) == (4, 2)
     assert summary.geomean_speedup == pytest.approx(2.0)
@@ -167,3 +168,78 @@ def test_passed_without_speedup_ranks_after_speedups_but_before_unsolved(db, see
     seed.attempt(seed.problem("aa-failed"), "TIMEOUT")
 
     assert [e.name for e in board_of(db).problems] == ["mm-fast", "zz-no-reference", "aa-failed"]
+
+
+def test_sol_score_decides_the_best_before_speedup(db, seed):
+    p = seed.problem("rmsnorm")
+    seed.attempt(p, "PASSED", speedup=3.0, latency_ms=1.0, sol_score=0.6, minute=1)
+    closer = seed.attempt(p, "PASSED", speedup=2.5, latency_ms=1.2, sol_score=0.8, minute=2, model="gpt-oss-120b")
+    seed.attempt(p, "PASSED", speedup=9.0, latency_ms=0.3, sol_score=None, minute=3)  # not scored yet
+
+    entry = by_name(board_of(db))["rmsnorm"]
+
+    assert entry.best_attempt_id == closer
+    assert (entry.sol_score, entry.speedup, entry.model) == (0.8, 2.5, "gpt-oss-120b")
+    assert entry.last_improvement_at.minute == 2
+    assert entry.last_attempt_at.minute == 3
+
+
+def test_speedup_over_baseline_is_the_geomean_over_workloads(db, seed):
+    p = seed.problem("gemm", hf_id="meta-llama/Llama-3.1-8B")
+    best = seed.attempt(p, "PASSED", speedup=2.0, latency_ms=1.0, sol_score=0.7)
+    seed.trace(best, "w1", latency_ms=1.0, t_baseline_ms=2.0)
+    seed.trace(best, "w2", latency_ms=1.0, t_baseline_ms=8.0)
+    seed.trace(best, "w3", latency_ms=1.0, t_baseline_ms=None)  # not measured: left out
+    unscored = seed.attempt(seed.problem("softmax"), "PASSED", speedup=1.5, latency_ms=1.0)
+    seed.trace(unscored, "w1", latency_ms=1.0)
+
+    entries = by_name(board_of(db))
+
+    assert entries["gemm"].speedup_over_baseline == pytest.approx(4.0)
+    assert entries["gemm"].source_model == "meta-llama/Llama-3.1-8B"
+    assert entries["softmax"].speedup_over_baseline is None
+    assert entries["softmax"].source_model is None
+
+
+def test_summary_has_the_campaign_figures(db, seed):
+    a, b, c = seed.problem("a"), seed.problem("b"), seed.problem("c")
+    seed.problem("d")
+    for problem, over_baseline, score in ((a, 4.0, 0.9), (b, 1.0, 0.5), (c, 0.5, 0.2)):
+        attempt = seed.attempt(problem, "PASSED", speedup=over_baseline * 1.2, latency_ms=1.0, sol_score=score,
+                               tokens=1000, gpu_seconds=1800.0)
+        seed.trace(attempt, "w", latency_ms=1.0, t_baseline_ms=over_baseline)
+    seed.attempt(a, "COMPILE_ERROR", tokens=500, gpu_seconds=1800.0)
+
+    summary = board_of(db).summary
+
+    assert summary.geomean_speedup_over_baseline == pytest.approx(math.exp((math.log(4) + math.log(0.5)) / 3))
+    assert summary.beating_baseline == pytest.approx(0.25)  # a only: b ties T_b, d has nothing
+    assert summary.above_2x_baseline == pytest.approx(0.25)
+    assert summary.median_sol_score == pytest.approx(0.5)
+    assert (summary.attempts, summary.tokens) == (4, 3500)
+    assert summary.gpu_hours == pytest.approx(2.0)
+    assert summary.geomean_speedup == pytest.approx(math.exp((math.log(4.8) + math.log(1.2) + math.log(0.6)) / 3))
+
+
+def test_empty_db_has_an_empty_summary(db):
+    summary = board_of(db).summary
+
+    assert (summary.problems, summary.solved, summary.attempts) == (0, 0, 0)
+    assert summary.median_sol_score is None and summary.geomean_speedup_over_baseline is None
+    assert summary.beating_baseline == 0.0
+
+
+def test_figures_of_some_problems_equal_those_of_the_whole_board(db, seed):
+    ids = [seed.problem(f"p{i}") for i in range(4)]
+    for i, problem_id in enumerate(ids):
+        seed.attempt(problem_id, "PASSED", speedup=1.0 + i, latency_ms=1.0, sol_score=0.1 * i, minute=i)
+        seed.attempt(problem_id, "TIMEOUT", minute=10 + i, tokens=7)
+    campaign = seed.campaign(ids[:2])
+    seed.attempt(ids[1], "RUNTIME_ERROR", campaign_id=campaign)
+
+    for campaign_id in (None, campaign):
+        with db.session() as session:
+            everything = problem_figures(session, campaign_id)
+            some = problem_figures(session, campaign_id, [ids[1], ids[3]])
+        assert some == {problem_id: everything[problem_id] for problem_id in (ids[1], ids[3])}
+    assert some[ids[3]].status == "NO_ATTEMPTS"  # outside the campaign: none of its attempts count

@@ -12,16 +12,10 @@ from shared.db.session import Database
 from shared.settings import Settings
 
 ENTRY_FIELDS = {
-    "name", "op_type", "attempts", "passed_attempts", "best_attempt_id", "best_latency_ms", "speedup",
-    "language", "author", "status", "last_attempt_at",
+    "name", "op_type", "source_model", "attempts", "passed_attempts", "tokens", "gpu_seconds", "best_attempt_id",
+    "best_latency_ms", "sol_score", "speedup", "speedup_over_baseline", "language", "author", "model", "status",
+    "last_attempt_at", "last_improvement_at",
 }
-
-
-@pytest.fixture
-def client(db, tmp_path):
-    app = create_app(Settings(home=tmp_path), db)
-    app.config["TESTING"] = True
-    return app.test_client()
 
 
 def test_api_leaderboard_shape_and_order(client, seed):
@@ -36,16 +30,18 @@ def test_api_leaderboard_shape_and_order(client, seed):
     assert response.status_code == 200
     assert response.mimetype == "application/json"
     body = response.get_json()
-    assert set(body) == {"generated_at", "campaign_id", "problems"}
+    assert set(body) == {"generated_at", "campaign_id", "summary", "problems"}
     assert body["campaign_id"] is None
     assert [p["name"] for p in body["problems"]] == ["fast", "slow", "broken"]
     first = body["problems"][0]
     assert set(first) == ENTRY_FIELDS
     assert first == {
-        "name": "fast", "op_type": "attention", "attempts": 1, "passed_attempts": 1, "best_attempt_id": best,
-        "best_latency_ms": 0.25, "speedup": 4.0, "language": "cuda", "author": "w2", "status": "PASSED",
-        "last_attempt_at": "2026-01-01T12:01:00Z",
+        "name": "fast", "op_type": "attention", "source_model": None, "attempts": 1, "passed_attempts": 1,
+        "tokens": 0, "gpu_seconds": 0.0, "best_attempt_id": best, "best_latency_ms": 0.25, "sol_score": None,
+        "speedup": 4.0, "speedup_over_baseline": None, "language": "cuda", "author": "w2", "model": None,
+        "status": "PASSED", "last_attempt_at": "2026-01-01T12:01:00Z", "last_improvement_at": "2026-01-01T12:01:00Z",
     }
+    assert body["summary"]["problems"] == 3 and body["summary"]["solved"] == 2
     assert body["problems"][2]["status"] == "COMPILE_ERROR"
 
 
@@ -97,9 +93,9 @@ def test_page_lists_problems_with_their_figures(client, seed):
     assert response.status_code == 200
     assert response.mimetype == "text/html"
     html = response.get_data(as_text=True)
-    assert '<meta http-equiv="refresh" content="10">' in html
+    assert 'data-refresh-s="10"' in html
     assert html.index("rmsnorm_fp16") < html.index("never_tried") < html.index("topk_sampling")
-    for text in ("3.46x", "0.0125", "triton", "PASSED", "INCORRECT_NUMERICAL", "NO_ATTEMPTS", "1 / 1"):
+    for text in ("3.46x", "triton", "PASSED", "INCORRECT_NUMERICAL", "NO_ATTEMPTS", "1 / 1", "norm"):
         assert text in html
     assert "1 of 3 problems solved" in html
 

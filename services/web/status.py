@@ -1,0 +1,54 @@
+"""The status page (`/status`), its JSON, and the campaign controls behind the submit token."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, current_app, flash, jsonify, redirect, render_template, request, url_for
+
+from services.web import auth
+from services.web.backends import get_backends
+from services.web.campaigns import SendTick, control
+from services.web.db import get_db
+from services.web.status_data import StatusReport, status_report
+from shared.celery_app import PLAN_TICK
+
+bp = Blueprint("status", __name__)
+
+REFRESH_S = 10
+
+
+@bp.get("/status")
+def index() -> str:
+    return render_template("status/index.html", report=_report(), refresh_s=REFRESH_S)
+
+
+@bp.get("/api/status")
+def api() -> Response:
+    return current_app.response_class(_report().model_dump_json(), mimetype="application/json")
+
+
+@bp.post("/status/campaigns/<int:campaign_id>/<action>")
+def control_form(campaign_id: int, action: str) -> Response:
+    auth.check_csrf(request.form)
+    auth.authorize_form(request.form)
+    status = control(get_db(), campaign_id, action, _tick_sender())
+    flash(f"campaign {campaign_id} is {status}")
+    return redirect(url_for("status.index"))
+
+
+@bp.post("/api/campaigns/<int:campaign_id>/<action>")
+def control_api(campaign_id: int, action: str) -> Response:
+    auth.require_bearer(request)
+    return jsonify(id=campaign_id, status=control(get_db(), campaign_id, action, _tick_sender()))
+
+
+def _report() -> StatusReport:
+    backends = get_backends()
+    with get_db().session() as session:
+        return status_report(session, backends.redis, backends.celery)
+
+
+def _tick_sender() -> SendTick | None:
+    celery = get_backends().celery
+    if celery is None:
+        return None
+    return lambda campaign_id: celery.send_task(PLAN_TICK, args=[campaign_id])

@@ -1,0 +1,190 @@
+"""What the status page shows: queue depths (Redis), workers that answer a Celery ping, evaluators
+seen recently in the DB, throughput, recent errors and the campaigns."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta, timezone
+
+import redis
+from celery import Celery
+from kombu.exceptions import OperationalError
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy import case, func, select
+from sqlalchemy.orm import Session
+
+from shared.celery_app import EVALUATE_QUEUE, PLAN_QUEUE, WRITE_QUEUE, evaluate_queue
+from shared.db.models import AttemptRow, CampaignProblemRow, CampaignRow, ProblemRow, utcnow
+from shared.leaderboard import IN_FLIGHT, PASSED, as_utc
+
+log = logging.getLogger(__name__)
+
+PING_TIMEOUT_S = 0.5
+RECENT_WORKER_WINDOW = timedelta(minutes=15)
+RECENT_ERRORS = 15
+MESSAGE_CHARS = 400
+ROLES = {"planner": "planner", "worker": "writers", "evaluator": "evaluator"}  # `-n <name>@host` prefixes
+
+
+class QueueDepth(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    depth: int
+
+
+class OnlineWorker(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str  # Celery's node name, `<service>@<host>`
+    role: str  # planner, writers, evaluator or other
+
+
+class RecentEvaluator(BaseModel):
+    """A worker that finished attempts in the last RECENT_WORKER_WINDOW, per the DB."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    worker: str
+    device: str
+    hardware: str | None
+    attempts: int
+    last_seen: datetime
+
+
+class RecentError(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    attempt_id: str
+    problem: str
+    status: str
+    at: datetime
+    message: str | None
+
+
+class CampaignState(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: int
+    name: str
+    status: str
+    device: str
+    writers: int
+    policy: str
+    problems: int
+    attempts: int
+    created_at: datetime
+
+
+class Throughput(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    finished_last_hour: int
+    passed_last_hour: int
+    finished_last_24h: int
+    in_flight: int
+
+
+class StatusReport(BaseModel):
+    """`queues` and `workers_online` are None when they could not be asked (no Redis configured,
+    or Redis unreachable: `redis_error` says which)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    generated_at: datetime
+    queues: list[QueueDepth] | None
+    workers_online: list[OnlineWorker] | None
+    redis_error: str | None
+    recent_evaluators: list[RecentEvaluator]
+    throughput: Throughput
+    recent_errors: list[RecentError]
+    campaigns: list[CampaignState]
+
+
+def status_report(session: Session, client: redis.Redis | None, celery: Celery | None) -> StatusReport:
+    campaigns = _campaigns(session)
+    names = [PLAN_QUEUE, WRITE_QUEUE, EVALUATE_QUEUE]
+    names += sorted({evaluate_queue(c.device) for c in campaigns} - set(names))
+    queues, workers, error = None, None, None
+    if client is None or celery is None:
+        error = "no Redis configured (KERNELSWARM_REDIS_URL)"
+    else:
+        try:
+            queues = queue_depths(client, names)
+            workers = online_workers(celery)
+        except (redis.RedisError, OperationalError) as failure:
+            log.warning("status: redis unreachable error=%r", failure)
+            error = f"Redis unreachable: {failure}"
+    return StatusReport(
+        generated_at=datetime.now(timezone.utc), queues=queues, workers_online=workers, redis_error=error,
+        recent_evaluators=_recent_evaluators(session), throughput=_throughput(session),
+        recent_errors=_recent_errors(session), campaigns=campaigns,
+    )
+
+
+def queue_depths(client: redis.Redis, names: list[str]) -> list[QueueDepth]:
+    """Messages waiting in each queue (Celery's Redis transport keeps a queue as a list)."""
+    with client.pipeline(transaction=False) as pipe:
+        for name in names:
+            pipe.llen(name)
+        depths = pipe.execute()
+    return [QueueDepth(name=name, depth=int(depth)) for name, depth in zip(names, depths)]
+
+
+def online_workers(celery: Celery) -> list[OnlineWorker]:
+    replies = celery.control.inspect(timeout=PING_TIMEOUT_S).ping() or {}
+    return [OnlineWorker(name=name, role=ROLES.get(name.split("@")[0], "other")) for name in sorted(replies)]
+
+
+def _recent_evaluators(session: Session) -> list[RecentEvaluator]:
+    since = utcnow() - RECENT_WORKER_WINDOW
+    rows = session.execute(
+        select(AttemptRow.worker, AttemptRow.device, func.max(AttemptRow.hardware).label("hardware"),
+               func.count().label("attempts"), func.max(AttemptRow.finished_at).label("last_seen"))
+        .where(AttemptRow.finished_at >= since, AttemptRow.worker.is_not(None))
+        .group_by(AttemptRow.worker, AttemptRow.device).order_by(AttemptRow.worker)
+    ).all()
+    return [RecentEvaluator(worker=r.worker, device=r.device, hardware=r.hardware, attempts=r.attempts,
+                            last_seen=as_utc(r.last_seen)) for r in rows]
+
+
+def _throughput(session: Session) -> Throughput:
+    now = utcnow()
+    hour, day = now - timedelta(hours=1), now - timedelta(hours=24)
+    row = session.execute(select(
+        func.sum(case((AttemptRow.finished_at >= hour, 1), else_=0)).label("hour"),
+        func.sum(case(((AttemptRow.finished_at >= hour) & (AttemptRow.status == PASSED), 1), else_=0)).label("passed"),
+        func.count().label("day"),
+    ).where(AttemptRow.finished_at >= day, AttemptRow.status.not_in(IN_FLIGHT))).one()
+    in_flight = session.scalar(select(func.count()).select_from(AttemptRow).where(AttemptRow.status.in_(IN_FLIGHT)))
+    return Throughput(finished_last_hour=int(row.hour or 0), passed_last_hour=int(row.passed or 0),
+                      finished_last_24h=int(row.day or 0), in_flight=int(in_flight or 0))
+
+
+def _recent_errors(session: Session) -> list[RecentError]:
+    finished_at = func.coalesce(AttemptRow.finished_at, AttemptRow.created_at)
+    rows = session.execute(
+        select(AttemptRow.id, ProblemRow.name, AttemptRow.status, finished_at.label("at"), AttemptRow.message)
+        .join(ProblemRow, ProblemRow.id == AttemptRow.problem_id)
+        .where(AttemptRow.status.not_in((*IN_FLIGHT, PASSED)))
+        .order_by(finished_at.desc(), AttemptRow.id.desc()).limit(RECENT_ERRORS)
+    ).all()
+    return [RecentError(attempt_id=r.id, problem=r.name, status=r.status, at=as_utc(r.at),
+                        message=r.message[:MESSAGE_CHARS] if r.message else None) for r in rows]
+
+
+def _campaigns(session: Session) -> list[CampaignState]:
+    problems = (select(CampaignProblemRow.campaign_id, func.count().label("n"))
+                .group_by(CampaignProblemRow.campaign_id).subquery())
+    attempts = (select(AttemptRow.campaign_id, func.count().label("n"))
+                .where(AttemptRow.campaign_id.is_not(None)).group_by(AttemptRow.campaign_id).subquery())
+    rows = session.execute(
+        select(CampaignRow, func.coalesce(problems.c.n, 0).label("problems"),
+               func.coalesce(attempts.c.n, 0).label("attempts"))
+        .outerjoin(problems, problems.c.campaign_id == CampaignRow.id)
+        .outerjoin(attempts, attempts.c.campaign_id == CampaignRow.id)
+        .order_by(CampaignRow.id.desc())
+    ).all()
+    return [CampaignState(id=c.id, name=c.name, status=c.status, device=c.device, writers=c.writers,
+                          policy=c.policy, problems=n_problems, attempts=n_attempts, created_at=as_utc(c.created_at))
+            for c, n_problems, n_attempts in rows]

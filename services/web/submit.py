@@ -1,0 +1,101 @@
+"""Submitting a problem: the form (`/submit`) and the API (`POST /api/problems`)."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, jsonify, render_template, request, url_for
+
+from services.web import auth
+from services.web.backends import get_backends, get_settings
+from services.web.db import get_db
+from services.web.submission import (
+    DEFINITION,
+    MAX_BYTES,
+    WORKLOADS,
+    Accepted,
+    SendEvaluate,
+    SubmissionError,
+    accept,
+    validate,
+)
+from shared.celery_app import EVALUATE, evaluate_queue
+
+bp = Blueprint("submit", __name__)
+
+
+@bp.get("/submit")
+def form() -> str:
+    return _form({DEFINITION: "", WORKLOADS: ""}, {})
+
+
+@bp.post("/submit")
+def submit() -> str | tuple[str, int]:
+    auth.check_csrf(request.form)
+    texts, errors = _texts_from_form()
+    try:
+        auth.authorize_form(request.form)
+    except auth.UnauthorizedError as error:
+        return _form(texts, {**errors, "token": [str(error)]}), error.http_status
+    if errors:
+        return _form(texts, errors), 400
+    try:
+        accepted = _accept(texts)
+    except SubmissionError as error:
+        return _form(texts, error.fields), error.http_status
+    return render_template("submit/done.html", accepted=accepted)
+
+
+@bp.post("/api/problems")
+def api_submit() -> tuple[Response, int]:
+    auth.require_bearer(request)
+    body = request.get_json(silent=True)
+    if not isinstance(body, dict) or not isinstance(body.get(DEFINITION), str) \
+            or not isinstance(body.get(WORKLOADS), str):
+        return jsonify(error="send JSON {\"definition\": \"<definition.json>\", \"workloads\": \"<workload.jsonl>\"}",
+                       status=400), 400
+    try:
+        accepted = _accept({DEFINITION: body[DEFINITION], WORKLOADS: body[WORKLOADS]})
+    except SubmissionError as error:
+        return jsonify(error=str(error), status=error.http_status, fields=error.fields), error.http_status
+    return jsonify(name=accepted.name, problem_id=accepted.problem_id, workloads=accepted.workloads,
+                   attempt_ids=accepted.attempt_ids, campaign_ids=accepted.campaign_ids, queued=accepted.queued,
+                   url=url_for("problems.show", name=accepted.name)), 201
+
+
+def _accept(texts: dict[str, str]) -> Accepted:
+    problem = validate(texts[DEFINITION], texts[WORKLOADS])
+    settings = get_settings()
+    return accept(get_db(), get_backends().store, problem, settings.device, _sender())
+
+
+def _sender() -> SendEvaluate | None:
+    celery = get_backends().celery
+    if celery is None:
+        return None
+
+    def send(attempt_id: str, device: str) -> None:
+        celery.send_task(EVALUATE, args=[attempt_id, device], queue=evaluate_queue(device))
+
+    return send
+
+
+def _texts_from_form() -> tuple[dict[str, str], dict[str, list[str]]]:
+    """Each field from its uploaded file when one was chosen, else from its text box."""
+    texts, errors = {}, {}
+    for field in (DEFINITION, WORKLOADS):
+        upload = request.files.get(f"{field}_file")
+        if upload is None or not upload.filename:
+            texts[field] = request.form.get(field, "")
+            continue
+        data = upload.read(MAX_BYTES[field] + 1)
+        if len(data) > MAX_BYTES[field]:
+            texts[field], errors[field] = "", [f"{upload.filename}: larger than {MAX_BYTES[field] // 1024} KiB"]
+            continue
+        try:
+            texts[field] = data.decode()
+        except UnicodeDecodeError:
+            texts[field], errors[field] = "", [f"{upload.filename}: not UTF-8 text"]
+    return texts, errors
+
+
+def _form(texts: dict[str, str], errors: dict[str, list[str]]) -> str:
+    return render_template("submit/form.html", texts=texts, errors=errors, max_bytes=MAX_BYTES)

@@ -1,0 +1,133 @@
+"""The status page and API (queues in a real redis-server, throughput, errors, campaigns) and the
+campaign controls behind the token."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from datetime import timedelta
+
+import pytest
+import redis
+from webseed import TOKEN
+
+from shared.celery_app import PLAN_TICK
+from shared.db import CampaignRow, utcnow
+
+
+@pytest.fixture
+def web(make_client, redis_url):
+    return make_client(submit_token=TOKEN, redis_url=redis_url)
+
+
+@pytest.fixture
+def queues(redis_url):
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def csrf(client) -> str:
+    return re.search(r'name="csrf_token" value="([^"]+)"', client.get("/submit").get_data(as_text=True)).group(1)
+
+
+def login(client) -> None:
+    client.post("/login", data={"csrf_token": csrf(client), "token": TOKEN})
+
+
+def test_api_status_reports_queues_throughput_errors_and_campaigns(web, seed, queues):
+    p = seed.problem("softmax")
+    campaign = seed.campaign([p], name="nightly", device="h200")
+    now = utcnow()
+    for minutes, status in ((5, "PASSED"), (20, "PASSED"), (30, "COMPILE_ERROR"), (180, "TIMEOUT")):
+        seed.attempt(p, status, finished_at=now - timedelta(minutes=minutes), worker="evaluator@gpu-1",
+                     message=None if status == "PASSED" else f"{status} detail", campaign_id=campaign)
+    seed.attempt(p, "RUNNING")
+    queues.rpush("evaluate", b"x", b"y")
+    queues.rpush("write", b"z")
+
+    body = web.get("/api/status").get_json()
+
+    assert body["redis_error"] is None
+    assert {q["name"]: q["depth"] for q in body["queues"]} == {"plan": 0, "write": 1, "evaluate": 2,
+                                                               "evaluate.h200": 0}
+    assert body["workers_online"] == []  # none started: nobody answers the ping
+    assert body["throughput"] == {"finished_last_hour": 3, "passed_last_hour": 2, "finished_last_24h": 4,
+                                  "in_flight": 1}
+    assert [e["status"] for e in body["recent_errors"]] == ["COMPILE_ERROR", "TIMEOUT"]
+    assert body["recent_errors"][0]["problem"] == "softmax"
+    assert body["recent_errors"][0]["message"] == "COMPILE_ERROR detail"
+    assert [(e["worker"], e["attempts"]) for e in body["recent_evaluators"]] == [("evaluator@gpu-1", 1)]
+    [state] = body["campaigns"]
+    assert (state["id"], state["name"], state["status"], state["problems"], state["attempts"]) == (
+        campaign, "nightly", "RUNNING", 1, 4)
+
+
+def test_status_page(web, seed):
+    seed.campaign([seed.problem("p")], name="nightly")
+    html = web.get("/status").get_data(as_text=True)
+
+    for heading in ("Queues", "Throughput", "Online", "Campaigns", "Recent errors"):
+        assert f">{heading}<" in html
+    assert "No worker answered a ping." in html
+    assert "log in to pause" in html  # no controls before logging in
+    login(web)
+    assert 'id="pause-1"' in web.get("/status").get_data(as_text=True)
+
+
+def test_without_redis_the_status_says_so(make_client):
+    client = make_client()
+    body = client.get("/api/status").get_json()
+    assert body["queues"] is None and body["workers_online"] is None
+    assert "no Redis configured" in body["redis_error"]
+    assert client.get("/status").status_code == 200
+
+
+def test_pause_then_resume_sends_a_planner_tick(web, seed, db, queues):
+    campaign = seed.campaign([seed.problem("p")])
+    login(web)
+
+    response = web.post(f"/status/campaigns/{campaign}/pause", data={"csrf_token": csrf(web)})
+    assert response.status_code == 302
+    assert f"campaign {campaign} is PAUSED" in web.get("/status").get_data(as_text=True)
+    assert _status(db, campaign) == "PAUSED"
+    assert queues.llen("plan") == 0
+
+    web.post(f"/status/campaigns/{campaign}/resume", data={"csrf_token": csrf(web)})
+    assert _status(db, campaign) == "RUNNING"
+    [message] = [json.loads(m) for m in queues.lrange("plan", 0, -1)]
+    assert message["headers"]["task"] == PLAN_TICK
+    assert json.loads(base64.b64decode(message["body"]))[0] == [campaign]
+
+
+def test_controls_need_login_and_csrf(web, seed, db):
+    campaign = seed.campaign([seed.problem("p")])
+    assert web.post(f"/status/campaigns/{campaign}/pause", data={"csrf_token": csrf(web)}).status_code == 401
+    with_token = web.post(f"/status/campaigns/{campaign}/pause", data={"csrf_token": csrf(web), "token": TOKEN})
+    assert with_token.status_code == 302
+    assert web.post(f"/status/campaigns/{campaign}/resume", data={}).status_code == 400  # no CSRF token
+    assert _status(db, campaign) == "PAUSED"
+
+
+def test_api_controls(web, seed, db, queues):
+    campaign = seed.campaign([seed.problem("p")])
+    stopped = seed.campaign([seed.problem("q")], status="STOPPED")
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+
+    assert web.post(f"/api/campaigns/{campaign}/pause").status_code == 401
+    assert web.post(f"/api/campaigns/{campaign}/pause", headers=headers).get_json() == {
+        "id": campaign, "status": "PAUSED"}
+    assert web.post(f"/api/campaigns/{campaign}/pause", headers=headers).get_json()["status"] == "PAUSED"
+    assert web.post(f"/api/campaigns/{campaign}/resume", headers=headers).get_json()["status"] == "RUNNING"
+    assert web.post(f"/api/campaigns/{campaign}/resume", headers=headers).status_code == 200
+    assert queues.llen("plan") == 1  # only the resume that changed something ticks
+    conflict = web.post(f"/api/campaigns/{stopped}/resume", headers=headers)
+    assert conflict.status_code == 409 and "STOPPED" in conflict.get_json()["error"]
+    assert web.post(f"/api/campaigns/{campaign}/restart", headers=headers).status_code == 404
+    assert web.post("/api/campaigns/99/pause", headers=headers).status_code == 404
+
+
+def _status(db, campaign_id: int) -> str:
+    with db.session() as session:
+        return session.get(CampaignRow, campaign_id).status
