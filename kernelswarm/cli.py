@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -65,7 +66,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--campaign", type=int, default=None)
     p.set_defaults(handler=cmd_leaderboard)
+    add_campaign_commands(commands)
     return parser
+
+
+def add_campaign_commands(commands) -> None:
+    from services.planner.policy import DEFAULT_POLICY, POLICIES
+
+    campaigns = commands.add_parser("campaign", help="create, list, pause, resume or stop campaigns").add_subparsers(
+        metavar="ACTION")
+    p = campaigns.add_parser("create", help="a campaign over problems (default: every problem in the library)")
+    p.add_argument("problems", nargs="*", metavar="PROBLEM", help="problem names (library or submitted)")
+    p.add_argument("--name", default=None)
+    p.add_argument("--device", default=None, help="cpu or cuda (default: KERNELSWARM_DEVICE)")
+    p.add_argument("--writers", type=int, default=None, help="default: KERNELSWARM_WRITERS")
+    p.add_argument("--attempts-per-assignment", type=int, default=None, metavar="N",
+                   help="default: KERNELSWARM_ATTEMPTS_PER_ASSIGNMENT")
+    p.add_argument("--policy", choices=POLICIES, default=DEFAULT_POLICY)
+    p.add_argument("--budget-attempts", type=int, default=None, metavar="N")
+    p.add_argument("--budget-gpu-s", type=float, default=None, metavar="S")
+    p.add_argument("--budget-tokens", type=int, default=None, metavar="N")
+    p.add_argument("--budget-wall-s", type=float, default=None, metavar="S")
+    p.set_defaults(handler=cmd_campaign_create)
+    p = campaigns.add_parser("list", help="campaigns with what they spent against their budgets")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_campaign_list)
+    for action, help_text in (("pause", "no new assignments; writers end theirs after the attempt in hand"),
+                              ("resume", "running again (ticks the planner when KERNELSWARM_REDIS_URL is set)"),
+                              ("stop", "stop for good")):
+        p = campaigns.add_parser(action, help=help_text)
+        p.add_argument("campaign_id", type=int, metavar="ID")
+        p.set_defaults(handler=cmd_campaign_control, action=action)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -79,6 +110,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise_user("--max-workloads must be at least 1")
     with err.status("evaluating") as status:
         config = EvalConfig.from_settings(settings, build_cache=open_store(settings))
+        config = dataclasses.replace(config, measure_compile=config.device.startswith("cuda"))
         result = evaluate(problem, solution, config, args.max_workloads,
                           progress=lambda message: status.update(f"{solution.name}: {message}"))
     err.print(_traces_table(problem.name, solution.name, result))
@@ -91,14 +123,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _traces_table(problem: str, solution: str, result) -> Table:
     table = Table(title=f"{solution} on {problem}: {result.status.value}")
-    for column in ("workload", "axes", "status", "latency ms", "reference ms", "speedup", "detail"):
+    for column in ("workload", "axes", "status", "latency ms", "reference ms", "speedup", "T_sol ms", "SOL",
+                   "detail"):
         table.add_column(column, overflow="fold")
     for trace in result.traces:
-        evaluation, perf = trace.evaluation, trace.evaluation.performance
+        evaluation, perf, sol = trace.evaluation, trace.evaluation.performance, trace.evaluation.sol
         table.add_row(trace.workload.uuid[:8], json.dumps(trace.workload.axes), evaluation.status.value,
                       f"{perf.latency_ms:.4f}" if perf else "", f"{perf.reference_latency_ms:.4f}" if perf else "",
-                      f"{perf.speedup_factor:.2f}x" if perf else "", evaluation.log.strip().splitlines()[-1][:160]
-                      if evaluation.log.strip() else "")
+                      f"{perf.speedup_factor:.2f}x" if perf else "", f"{sol.t_sol_ms:.4f}" if sol else "",
+                      f"{sol.score:.2f}" if sol else "",
+                      evaluation.log.strip().splitlines()[-1][:160] if evaluation.log.strip() else "")
     return table
 
 
@@ -164,6 +198,108 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         print(board.model_dump_json(indent=2))
     else:
         Console().print(render_table(board))
+    return 0
+
+
+def cmd_campaign_create(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from services.planner.campaign import Budgets, create_campaign
+    from shared.db import Database
+
+    settings = Settings.from_env(device=args.device)
+    db = Database(settings.db_url)
+    problem_ids = _campaign_problems(db, settings, args.problems)
+    writers = args.writers if args.writers is not None else settings.writers
+    per_assignment = (args.attempts_per_assignment if args.attempts_per_assignment is not None
+                      else settings.attempts_per_assignment)
+    budgets = Budgets(args.budget_attempts, args.budget_gpu_s, args.budget_tokens, args.budget_wall_s)
+    name = args.name or f"campaign {datetime.now():%Y-%m-%d %H:%M}"
+    campaign_id = create_campaign(db, name, problem_ids, settings.device, writers, per_assignment,
+                                  policy=args.policy, budgets=budgets)
+    err.print(f"campaign {campaign_id} created: {len(problem_ids)} problems, {writers} writers, policy "
+              f"{args.policy}; {_kick(settings, campaign_id, 'starts')}", highlight=False)
+    print(campaign_id)
+    return 0
+
+
+def _campaign_problems(db, settings: Settings, names: list[str]) -> list[int]:
+    """Load the library into the DB (as `up` does), then the named problems' ids, in order."""
+    from shared.repository import problem_by_name, upsert_problem
+
+    library = [load_problem(folder) for folder in find_problems([settings.problems_dir])] \
+        if settings.problems_dir.is_dir() else []
+    with db.session() as session:
+        for problem in library:
+            upsert_problem(session, problem)
+        if not names:
+            if not library:
+                raise_user(f"no problems under {settings.problems_dir}: name the problems to run")
+            return [problem_by_name(session, p.name).id for p in library]
+        return [problem_by_name(session, name).id for name in names]
+
+
+def _kick(settings: Settings, campaign_id: int, verb: str) -> str:
+    """Tick the planner through Redis when one is configured; say when the campaign will move."""
+    if not settings.redis_url:
+        return (f"it {verb} at the next `kernelswarm up` (its planner ticks every running campaign when it "
+                "starts); set KERNELSWARM_REDIS_URL to reach a running swarm")
+    from kombu.exceptions import OperationalError
+
+    from shared.celery_app import PLAN_TICK, make_celery
+
+    try:
+        make_celery(settings).send_task(PLAN_TICK, args=[campaign_id], retry=True,
+                                        retry_policy={"max_retries": 2, "interval_start": 0.2})
+    except OperationalError as error:
+        raise_user(f"the campaign is RUNNING in the DB, but Redis at {settings.redis_url} did not take the tick "
+                   f"({error}); the planner picks it up at its next sweep")
+    return f"planner.tick sent through {settings.redis_url}"
+
+
+def cmd_campaign_list(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from services.planner.campaign import list_campaigns
+    from shared.db import Database
+
+    summaries = list_campaigns(Database(Settings.from_env().db_url))
+    if args.json:
+        print(json.dumps([asdict(s) for s in summaries], indent=2, default=str))
+        return 0
+    table = Table(title="campaigns")
+    for column in ("id", "name", "status", "policy", "device", "writers", "problems", "active", "attempts",
+                   "GPU s", "tokens", "wall", "created"):
+        table.add_column(column, overflow="fold")
+    for s in summaries:
+        table.add_row(str(s.id), s.name, s.status, s.policy, s.device, str(s.writers), str(s.problems),
+                      str(s.active_assignments), _of(s.attempts, s.budgets.attempts), _of(s.gpu_s, s.budgets.gpu_s),
+                      _of(s.tokens, s.budgets.tokens), _of(None, s.budgets.wall_s), f"{s.created_at:%Y-%m-%d %H:%M}")
+    Console().print(table)
+    return 0
+
+
+def _of(spent: float | None, budget: float | None) -> str:
+    shown = "" if spent is None else (f"{spent:.1f}" if isinstance(spent, float) else str(spent))
+    if budget is None:
+        return shown or "-"
+    limit = f"{budget:g}"
+    return f"{shown} / {limit}" if shown else f"{limit} s"
+
+
+def cmd_campaign_control(args: argparse.Namespace) -> int:
+    from services.planner.campaign import pause_campaign, resume_campaign, stop_campaign
+    from shared.db import Database
+
+    settings = Settings.from_env()
+    db = Database(settings.db_url)
+    change = {"pause": pause_campaign, "resume": resume_campaign, "stop": stop_campaign}[args.action]
+    status = change(db, args.campaign_id)
+    message = {"pause": "no new assignments; writers end theirs after the attempt in hand",
+               "stop": "writers end their assignments after the attempt in hand"}.get(args.action)
+    if args.action == "resume":
+        message = _kick(settings, args.campaign_id, "resumes")
+    err.print(f"campaign {args.campaign_id} {status}: {message}", highlight=False)
     return 0
 
 

@@ -1,28 +1,74 @@
-"""Campaigns and round-robin assignment. The planner decides who works on what; it keeps, per
-problem, the best attempt of the campaign (PASSED, highest speedup, then lowest latency)."""
+"""Campaigns: create (validated), pause, resume, stop, list; the best attempt per problem; what to
+do when a writer reports an assignment finished. The ticks themselves live in `tick.py`.
+
+Statuses: RUNNING (ticks assign), PAUSED (no new assignments; writers end theirs after the attempt
+in hand), STOPPED (final). The web flips RUNNING and PAUSED directly in the DB and sends
+`planner.tick` on resume; nothing here depends on who made the change.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import func, select
 
-from shared.db import AssignmentRow, AttemptRow, CampaignProblemRow, CampaignRow, Database, utcnow
+from services.planner.best import update_best
+from services.planner.policy import DEFAULT_POLICY, POLICIES
+from services.planner.state import ACTIVE, StateCache
+from services.planner.tick import PAUSED, RUNNING, STOPPED, PlannerConfig, SendWrite, tick
+from shared.db import (AssignmentRow, AttemptRow, CampaignProblemRow, CampaignRow, Database, ProblemRow,
+                       utcnow)
 from shared.errors import NotFoundError, UserError
 
 log = logging.getLogger(__name__)
 
-SendWrite = Callable[[int], None]
+FINISHED_ASSIGNMENT = ("DONE", "CANCELLED", "EXPIRED")
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """Unset (None) means unlimited."""
+
+    attempts: int | None = None
+    gpu_s: float | None = None
+    tokens: int | None = None
+    wall_s: float | None = None
+
+
+@dataclass(frozen=True)
+class CampaignSummary:
+    id: int
+    name: str
+    status: str
+    policy: str
+    device: str
+    writers: int
+    problems: int
+    active_assignments: int
+    attempts: int
+    gpu_s: float
+    tokens: int
+    budgets: Budgets
+    created_at: datetime
+    stopped_at: datetime | None
 
 
 def create_campaign(db: Database, name: str, problem_ids: list[int], device: str, writers: int,
-                    attempts_per_assignment: int) -> int:
-    if not problem_ids:
-        raise UserError("a campaign needs at least one problem")
+                    attempts_per_assignment: int, *, policy: str = DEFAULT_POLICY,
+                    budgets: Budgets = Budgets()) -> int:
+    """A RUNNING campaign over `problem_ids`, in that order; nothing is assigned until a tick."""
+    _validate(name, problem_ids, writers, attempts_per_assignment, policy, budgets)
     with db.session() as session:
-        campaign = CampaignRow(name=name, device=device, writers=writers,
-                               attempts_per_assignment=attempts_per_assignment, status="RUNNING")
+        known = set(session.scalars(select(ProblemRow.id).where(ProblemRow.id.in_(problem_ids))))
+        unknown = [p for p in problem_ids if p not in known]
+        if unknown:
+            raise UserError(f"no problem with id {', '.join(map(str, unknown))}")
+        campaign = CampaignRow(name=name, device=device, writers=writers, policy=policy,
+                               attempts_per_assignment=attempts_per_assignment, status=RUNNING,
+                               budget_attempts=budgets.attempts, budget_gpu_s=budgets.gpu_s,
+                               budget_tokens=budgets.tokens, budget_wall_s=budgets.wall_s)
         session.add(campaign)
         session.flush()
         for position, problem_id in enumerate(problem_ids):
@@ -30,62 +76,105 @@ def create_campaign(db: Database, name: str, problem_ids: list[int], device: str
         return campaign.id
 
 
-def stop_campaign(db: Database, campaign_id: int) -> None:
-    with db.session() as session:
-        campaign = _campaign(session, campaign_id)
-        if campaign.status == "RUNNING":
-            campaign.status, campaign.stopped_at = "STOPPED", utcnow()
+def _validate(name: str, problem_ids: list[int], writers: int, attempts_per_assignment: int, policy: str,
+              budgets: Budgets) -> None:
+    if not name.strip():
+        raise UserError("a campaign needs a name")
+    if not problem_ids:
+        raise UserError("a campaign needs at least one problem")
+    duplicates = sorted({p for p in problem_ids if problem_ids.count(p) > 1})
+    if duplicates:
+        raise UserError(f"problem ids given twice: {', '.join(map(str, duplicates))}")
+    if writers <= 0:
+        raise UserError(f"writers must be at least 1, not {writers}")
+    if attempts_per_assignment <= 0:
+        raise UserError(f"attempts per assignment must be at least 1, not {attempts_per_assignment}")
+    if policy not in POLICIES:
+        raise UserError(f"unknown policy {policy!r}: choose one of {', '.join(POLICIES)}")
+    for what, value in (("attempts", budgets.attempts), ("GPU-seconds", budgets.gpu_s),
+                        ("tokens", budgets.tokens), ("wall-time", budgets.wall_s)):
+        if value is not None and value <= 0:
+            raise UserError(f"the {what} budget must be positive, not {value}")
 
 
-def tick(db: Database, campaign_id: int, send_write: SendWrite) -> list[int]:
-    """Give every idle writer slot an assignment (round-robin over the campaign's problems)."""
-    created = []
+def stop_campaign(db: Database, campaign_id: int) -> str:
+    """STOPPED for good (stopping twice keeps the first time). Returns the new status."""
     with db.session() as session:
         campaign = _campaign(session, campaign_id)
-        if campaign.status != "RUNNING":
+        if campaign.status != STOPPED:
+            campaign.status, campaign.stopped_at = STOPPED, utcnow()
+        return campaign.status
+
+
+def pause_campaign(db: Database, campaign_id: int) -> str:
+    with db.session() as session:
+        campaign = _campaign(session, campaign_id)
+        if campaign.status == STOPPED:
+            raise UserError(f"campaign {campaign_id} is stopped; it cannot be paused")
+        campaign.status = PAUSED
+        return campaign.status
+
+
+def resume_campaign(db: Database, campaign_id: int) -> str:
+    """RUNNING again; the caller sends `planner.tick` (or the planner's next sweep picks it up)."""
+    with db.session() as session:
+        campaign = _campaign(session, campaign_id)
+        if campaign.status == STOPPED:
+            raise UserError(f"campaign {campaign_id} is stopped; create a new one instead")
+        campaign.status = RUNNING
+        return campaign.status
+
+
+def list_campaigns(db: Database) -> list[CampaignSummary]:
+    with db.session() as session:
+        campaigns = session.scalars(select(CampaignRow).order_by(CampaignRow.id)).all()
+        problems = dict(session.execute(select(CampaignProblemRow.campaign_id, func.count())
+                                        .group_by(CampaignProblemRow.campaign_id)).all())
+        active = dict(session.execute(select(AssignmentRow.campaign_id, func.count())
+                                      .where(AssignmentRow.status.in_(ACTIVE))
+                                      .group_by(AssignmentRow.campaign_id)).all())
+        spent = {row.campaign_id: row for row in session.execute(
+            select(AttemptRow.campaign_id, func.count().label("attempts"),
+                   func.coalesce(func.sum(AttemptRow.gpu_seconds), 0.0).label("gpu_s"),
+                   func.coalesce(func.sum(AttemptRow.tokens), 0).label("tokens"))
+            .where(AttemptRow.campaign_id.is_not(None)).group_by(AttemptRow.campaign_id))}
+        return [CampaignSummary(
+            c.id, c.name, c.status, c.policy, c.device, c.writers, problems.get(c.id, 0), active.get(c.id, 0),
+            spent[c.id].attempts if c.id in spent else 0, float(spent[c.id].gpu_s) if c.id in spent else 0.0,
+            int(spent[c.id].tokens) if c.id in spent else 0,
+            Budgets(c.budget_attempts, c.budget_gpu_s, c.budget_tokens, c.budget_wall_s), c.created_at, c.stopped_at)
+            for c in campaigns]
+
+
+def assignment_done(db: Database, assignment_id: int, send_write: SendWrite,
+                    config: PlannerConfig = PlannerConfig(), cache: StateCache | None = None) -> list[int]:
+    """A writer finished the assignment (it set the status itself): record the problem's best and
+    fill the freed slot. Idempotent: a redelivered message records the same best and, the slot
+    being filled already, assigns nothing.
+
+    With the planner's `cache`, a report costs no DB access when the last tick already saw the
+    assignment closed (in a burst of reports the first tick refills every freed slot), and the
+    best is recorded by the tick, for every problem whose assignments closed."""
+    if cache is not None:
+        if cache.seen_closed(assignment_id):
             return []
-        active = session.scalar(select(func.count()).select_from(AssignmentRow).where(
-            AssignmentRow.campaign_id == campaign_id, AssignmentRow.status.in_(("QUEUED", "RUNNING"))))
-        problems = session.scalars(select(CampaignProblemRow.problem_id).where(
-            CampaignProblemRow.campaign_id == campaign_id).order_by(CampaignProblemRow.position)).all()
-        for _ in range(max(0, campaign.writers - active)):
-            problem_id = problems[campaign.next_index % len(problems)]
-            campaign.next_index += 1
-            assignment = AssignmentRow(campaign_id=campaign_id, problem_id=problem_id,
-                                       budget_attempts=campaign.attempts_per_assignment, status="QUEUED")
-            session.add(assignment)
-            session.flush()
-            created.append(assignment.id)
-    for assignment_id in created:  # after the commit, so the writer finds the row
-        send_write(assignment_id)
-    log.info("campaign=%s new assignments=%s", campaign_id, created)
-    return created
-
-
-def assignment_done(db: Database, assignment_id: int, send_write: SendWrite) -> list[int]:
+        known = cache.active_problem(assignment_id)
+        if known is not None:
+            cache.mark(*known)
+            return tick(db, known[0], send_write, config, cache=cache)
     with db.session() as session:
         assignment = session.get(AssignmentRow, assignment_id)
         if assignment is None:
             raise NotFoundError(f"no assignment {assignment_id}")
-        if assignment.status != "DONE":
-            assignment.status, assignment.finished_at = "DONE", utcnow()
+        if assignment.status not in FINISHED_ASSIGNMENT:
+            log.warning("assignment=%s reported done while %s", assignment_id, assignment.status)
         update_best(session, assignment.campaign_id, assignment.problem_id)
-        campaign_id = assignment.campaign_id
-    return tick(db, campaign_id, send_write)
-
-
-def update_best(session, campaign_id: int, problem_id: int) -> str | None:
-    best = session.scalars(select(AttemptRow.id).where(
-        AttemptRow.campaign_id == campaign_id, AttemptRow.problem_id == problem_id,
-        AttemptRow.status == "PASSED", AttemptRow.speedup.is_not(None),
-    ).order_by(  # an unknown latency sorts last on every database (SQLite puts NULL first)
-        AttemptRow.speedup.desc(), AttemptRow.latency_ms.is_(None), AttemptRow.latency_ms.asc(),
-        func.coalesce(AttemptRow.finished_at, AttemptRow.created_at).asc(), AttemptRow.created_at.asc(),
-        AttemptRow.id.asc(),  # the same order as the leaderboard's best
-    ).limit(1)).first()
-    row = session.get(CampaignProblemRow, (campaign_id, problem_id))
-    row.best_attempt_id = best
-    return best
+        campaign_id, problem_id = assignment.campaign_id, assignment.problem_id
+    if cache is not None:
+        cache.mark(campaign_id, problem_id)
+        if cache.counted_free(campaign_id, assignment_id):
+            return []
+    return tick(db, campaign_id, send_write, config, cache=cache)
 
 
 def _campaign(session, campaign_id: int) -> CampaignRow:
@@ -93,3 +182,4 @@ def _campaign(session, campaign_id: int) -> CampaignRow:
     if campaign is None:
         raise NotFoundError(f"no campaign {campaign_id}")
     return campaign
+

@@ -1,23 +1,55 @@
-"""The `plan` tasks: a tick fills idle writer slots; a finished assignment records the best and ticks."""
+"""The `plan` tasks and the planner's sweeper. A tick fills idle writer slots; a finished assignment
+records the best and ticks; the sweeper (started when the worker is ready) recovers from crashes."""
 
 from __future__ import annotations
 
 from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
 
-from services.planner.campaign import assignment_done, tick
+from services.planner.campaign import assignment_done
+from services.planner.state import StateCache
+from services.planner.sweep import Sweeper
+from services.planner.tick import PlannerConfig, tick
 from shared.celery_app import ASSIGNMENT_DONE, PLAN_TICK, WRITE
 from shared.errors import RetryableError
 from shared.runtime import Runtime
 
 
-def register(app: Celery, runtime: Runtime) -> None:
-    def send_write(assignment_id: int) -> None:
-        app.send_task(WRITE, args=[assignment_id])
+def planner_config(app: Celery, runtime: Runtime) -> PlannerConfig:
+    """An attempt is given up once its writer stopped waiting (`attempt_wait_s`) and any evaluator
+    run of it, one redelivery after the broker's visibility timeout included, has hit the hard
+    time limit."""
+    hard_limit_s = float(app.conf.task_time_limit or 0)
+    visibility_s = float((app.conf.broker_transport_options or {}).get("visibility_timeout", 3600))
+    return PlannerConfig(attempt_deadline_s=runtime.settings.attempt_wait_s + visibility_s + hard_limit_s)
+
+
+def register(app: Celery, runtime: Runtime, config: PlannerConfig | None = None) -> None:
+    config = config or planner_config(app, runtime)
+    cache = StateCache()  # ticks and reports run one at a time (solo pool): no lock needed
+
+    def send_write(assignment_ids) -> None:
+        with app.producer_or_acquire() as producer:  # one connection for the batch
+            for assignment_id in assignment_ids:
+                app.send_task(WRITE, args=[assignment_id], producer=producer)
+
+    def send_tick(campaign_id: int) -> None:
+        app.send_task(PLAN_TICK, args=[campaign_id])
 
     @app.task(name=PLAN_TICK, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True)
     def plan_tick(campaign_id: int) -> list[int]:
-        return tick(runtime.db, campaign_id, send_write)
+        return tick(runtime.db, campaign_id, send_write, config, cache=cache)
 
     @app.task(name=ASSIGNMENT_DONE, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True)
     def on_assignment_done(assignment_id: int) -> list[int]:
-        return assignment_done(runtime.db, assignment_id, send_write)
+        return assignment_done(runtime.db, assignment_id, send_write, config, cache)
+
+    sweeper = Sweeper(lambda: runtime.db, send_write, send_tick, config)
+
+    @worker_ready.connect(weak=False)
+    def start_sweeper(**_) -> None:
+        sweeper.start()
+
+    @worker_shutdown.connect(weak=False)
+    def stop_sweeper(**_) -> None:
+        sweeper.stop()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from services.worker.write import run_assignment
+from services.worker.write import assignment_closed, run_assignment
 from shared.celery_app import ASSIGNMENT_DONE, EVALUATE, WRITE, evaluate_queue
 from shared.errors import RetryableError
 from shared.runtime import Runtime
@@ -17,6 +17,9 @@ def register(app: Celery, runtime: Runtime) -> None:
     @app.task(name=WRITE, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True,
               max_retries=5)
     def write(assignment_id: int) -> int:
+        """Idempotent by assignment id: a duplicate finds the assignment claimed or closed. The
+        planner hears of every closed assignment, again if a redelivered task finds it closed."""
         made = run_assignment(runtime, assignment_id, send_evaluate)
-        app.send_task(ASSIGNMENT_DONE, args=[assignment_id])
+        if assignment_closed(runtime, assignment_id):
+            app.send_task(ASSIGNMENT_DONE, args=[assignment_id])
         return made

@@ -2,18 +2,37 @@
 
 The evaluator is the writer's tool: every call is a recorded attempt. The writer waits for each
 verdict (polling the DB, the system of record) because its next proposal depends on it.
+
+The assignment protocol (the planner's side is `services/planner/`):
+- Claim: a QUEUED assignment, or a RUNNING one whose lease ran out (its writer died), becomes this
+  writer's in one conditional UPDATE; a duplicate `write` message therefore finds nothing to do.
+- Budget: the attempts already recorded for the assignment (by a writer that died) count, so a
+  redelivered task never exceeds `budget_attempts`.
+- Lease: renewed by a heartbeat thread while the writer works (every `lease_s / 3`); if the planner
+  closed the assignment meanwhile (lease expired), the writer stops and leaves it as it is.
+- Brief: `parent_hash` is where the search starts (the tuner walks its neighbours until this
+  assignment beats it), `language` picks the seeds in that language when there are any, `guidance`
+  is for LLM agents (the tuner logs it).
+- End: DONE, or CANCELLED when the campaign stopped or paused before any attempt was made. A DONE
+  assignment without attempts tells the planner the writer had nothing left to try.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import platform
 import random
+import threading
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from services.worker.tuner import propose
 from shared.db import AssignmentRow, AttemptRow, CampaignRow, ProblemRow, utcnow
@@ -24,66 +43,213 @@ from shared.schema.problem import load_problem
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5
+LEASE_S = 60.0
+SUBMIT_TRIES = 3
+CLOSED = ("DONE", "CANCELLED")
 
 SendEvaluate = Callable[[str, str], None]
 
 
-def run_assignment(runtime: Runtime, assignment_id: int, send_evaluate: SendEvaluate) -> int:
-    """Returns the number of attempts made. Idempotent: a finished assignment does nothing."""
-    db = runtime.db
-    with db.session() as session:
-        assignment = session.get(AssignmentRow, assignment_id)
-        if assignment is None or assignment.status == "DONE":
-            return 0
-        assignment.status, assignment.worker = "RUNNING", platform.node()
-        campaign = session.get(CampaignRow, assignment.campaign_id)
-        problem = session.get(ProblemRow, assignment.problem_id)
-        device, budget = campaign.device, assignment.budget_attempts
-        seeds = _seeds(problem)
-        problem_id, campaign_id, name = problem.id, campaign.id, problem.name
+@dataclass(frozen=True)
+class Job:
+    """A claimed assignment."""
+
+    assignment_id: int
+    campaign_id: int
+    problem_id: int
+    problem_name: str
+    device: str
+    remaining: int  # the budget less the attempts already recorded for the assignment
+    made_before: int
+    language: str | None
+    parent_hash: str | None
+    guidance: str | None  # for LLM agents; the tuner only logs it
+    seeds: tuple[Solution, ...]
+
+
+def held_by(assignment_id: int, holder: str) -> tuple:
+    """The assignment, while this writer holds it."""
+    return AssignmentRow.id == assignment_id, AssignmentRow.status == "RUNNING", AssignmentRow.worker == holder
+
+
+class Lease:
+    """The writer's hold on a RUNNING assignment, renewed every third of its length by a heartbeat
+    thread for as long as the writer works on it (however long an LLM turn takes); `held` turns
+    False once a renewal finds the assignment no longer this writer's (the planner expired it)."""
+
+    def __init__(self, runtime: Runtime, assignment_id: int, holder: str, lease_s: float) -> None:
+        self.runtime, self.assignment_id, self.holder, self.lease_s = runtime, assignment_id, holder, lease_s
+        self._stop, self._lost = threading.Event(), threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{assignment_id}", daemon=True)
+
+    def __enter__(self) -> Lease:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    @property
+    def held(self) -> bool:
+        return not self._lost.is_set()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.lease_s / 3):
+            try:
+                if not self._renew():
+                    self._lost.set()
+                    return
+            except SQLAlchemyError:  # the DB is down: try again next beat (the lease may run out)
+                log.exception("assignment=%s lease renewal failed", self.assignment_id)
+
+    def _renew(self) -> bool:
+        with self.runtime.db.session() as session:
+            return session.execute(
+                update(AssignmentRow).where(*held_by(self.assignment_id, self.holder))
+                .values(lease_until=utcnow() + timedelta(seconds=self.lease_s))
+                .execution_options(synchronize_session=False)).rowcount == 1
+
+
+def run_assignment(runtime: Runtime, assignment_id: int, send_evaluate: SendEvaluate, lease_s: float = LEASE_S) -> int:
+    """Returns the number of attempts this call made. Idempotent: an assignment that is finished,
+    unknown or held by a live writer is left alone."""
+    holder = f"{platform.node()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
+    job = _claim(runtime, assignment_id, holder, lease_s)
+    if job is None:
+        return 0
+    log.info("assignment=%s problem=%s language=%s parent=%s guidance=%r", assignment_id, job.problem_name,
+             job.language, (job.parent_hash or "")[:12], job.guidance)
+    try:
+        return _run(runtime, job, holder, send_evaluate, lease_s)
+    except Exception:
+        _release(runtime, assignment_id, holder)  # the planner's next sweep reassigns the slot
+        raise
+
+
+def _run(runtime: Runtime, job: Job, holder: str, send_evaluate: SendEvaluate, lease_s: float) -> int:
+    with Lease(runtime, job.assignment_id, holder, lease_s) as lease:
+        return _attempts(runtime, job, holder, send_evaluate, lease)
+
+
+def _attempts(runtime: Runtime, job: Job, holder: str, send_evaluate: SendEvaluate, lease: Lease) -> int:
+    assignment_id = job.assignment_id
     rng = random.Random(assignment_id)
-    made = 0
-    for _ in range(budget):
-        if not _campaign_running(runtime, campaign_id):
+    made, stopped = 0, False
+    for _ in range(job.remaining):
+        if not lease.held:
+            log.warning("assignment=%s lease lost: stopping", assignment_id)
+            return made
+        if not _campaign_running(runtime, job.campaign_id):
+            stopped = True
             break
-        attempt_id = _submit_next(runtime, problem_id, campaign_id, assignment_id, device, seeds, rng)
+        attempt_id = _submit_next(runtime, job, rng)
         if attempt_id is None:
-            log.info("problem=%s search space exhausted", name)
+            log.info("problem=%s search space exhausted", job.problem_name)
             break
-        send_evaluate(attempt_id, device)
+        send_evaluate(attempt_id, job.device)
         made += 1
-        status = _wait(runtime, attempt_id)
-        log.info("problem=%s attempt=%s status=%s", name, attempt_id, status)
-    with db.session() as session:
-        assignment = session.get(AssignmentRow, assignment_id)
-        assignment.status, assignment.finished_at = "DONE", utcnow()
+        status = _wait(runtime, attempt_id, lease)
+        log.info("problem=%s attempt=%s status=%s", job.problem_name, attempt_id, status)
+    cancelled = stopped and job.made_before + made == 0
+    _finish(runtime, assignment_id, holder, "CANCELLED" if cancelled else "DONE")
     return made
 
 
-def _seeds(problem: ProblemRow) -> list[Solution]:
+def assignment_closed(runtime: Runtime, assignment_id: int) -> bool:
+    """DONE or CANCELLED: the planner should hear of it (again, if it already did)."""
+    with runtime.db.session() as session:
+        assignment = session.get(AssignmentRow, assignment_id)
+        return assignment is not None and assignment.status in CLOSED
+
+
+def _claim(runtime: Runtime, assignment_id: int, holder: str, lease_s: float) -> Job | None:
+    now = utcnow()
+    with runtime.db.session() as session:
+        claimable = or_(AssignmentRow.status == "QUEUED", and_(
+            AssignmentRow.status == "RUNNING",
+            or_(AssignmentRow.lease_until.is_(None), AssignmentRow.lease_until < now)))
+        claimed = session.execute(
+            update(AssignmentRow).where(AssignmentRow.id == assignment_id, claimable)
+            .values(status="RUNNING", worker=holder, lease_until=now + timedelta(seconds=lease_s))
+            .execution_options(synchronize_session=False)).rowcount
+        if claimed != 1:
+            return None
+        assignment = session.get(AssignmentRow, assignment_id)
+        campaign = session.get(CampaignRow, assignment.campaign_id)
+        problem = session.get(ProblemRow, assignment.problem_id)
+        made_before = session.scalar(select(func.count()).select_from(AttemptRow)
+                                     .where(AttemptRow.assignment_id == assignment_id))
+        if made_before:
+            log.info("assignment=%s taken over with %s of %s attempts made", assignment_id, made_before,
+                     assignment.budget_attempts)
+        return Job(assignment_id, campaign.id, problem.id, problem.name, campaign.device,
+                   max(0, assignment.budget_attempts - made_before), made_before, assignment.language,
+                   assignment.parent_hash, assignment.guidance, tuple(_seeds(problem, assignment.language)))
+
+
+def _release(runtime: Runtime, assignment_id: int, holder: str) -> None:
+    """Give the lease up now: a retried task may claim the assignment again at once; otherwise the
+    planner's next sweep expires it."""
+    with runtime.db.session() as session:
+        session.execute(update(AssignmentRow).where(*held_by(assignment_id, holder))
+                        .values(lease_until=utcnow()).execution_options(synchronize_session=False))
+
+
+def _finish(runtime: Runtime, assignment_id: int, holder: str, status: str) -> None:
+    with runtime.db.session() as session:
+        session.execute(update(AssignmentRow).where(*held_by(assignment_id, holder))
+                        .values(status=status, finished_at=utcnow(), lease_until=None)
+                        .execution_options(synchronize_session=False))
+
+
+def _seeds(problem: ProblemRow, language: str | None) -> list[Solution]:
+    """The problem's seeds, only those in `language` when there are any."""
     if not problem.source_path or not Path(problem.source_path).is_dir():
         return []
-    return list(load_problem(Path(problem.source_path)).seeds)
+    seeds = list(load_problem(Path(problem.source_path)).seeds)
+    in_language = [s for s in seeds if language in {item.value for item in s.spec.languages}]
+    return in_language or seeds
 
 
-def _submit_next(runtime: Runtime, problem_id: int, campaign_id: int, assignment_id: int, device: str,
-                 seeds: list[Solution], rng: random.Random) -> str | None:
+def _submit_next(runtime: Runtime, job: Job, rng: random.Random) -> str | None:
+    """Record the tuner's next proposal as a PENDING attempt. Two writers on one problem may propose
+    the same solution at once: the one that loses the insert proposes again, knowing the other's."""
+    for _ in range(SUBMIT_TRIES - 1):
+        try:
+            return _submit_once(runtime, job, rng)
+        except IntegrityError:
+            log.info("problem=%s solution recorded concurrently by another writer: proposing again", job.problem_name)
+    return _submit_once(runtime, job, rng)
+
+
+def _submit_once(runtime: Runtime, job: Job, rng: random.Random) -> str | None:
     with runtime.db.session() as session:
-        rows = session.execute(select(AttemptRow.solution_hash, AttemptRow.status, AttemptRow.speedup)
-                               .where(AttemptRow.problem_id == problem_id, AttemptRow.device == device)).all()
+        rows = session.execute(select(AttemptRow.solution_hash, AttemptRow.status, AttemptRow.speedup,
+                                      AttemptRow.sol_score, AttemptRow.assignment_id)
+                               .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device)).all()
         tried = {r.solution_hash for r in rows}
-        passed = [r for r in rows if r.status == "PASSED" and r.speedup is not None]
-        best = None
-        if passed:
-            top = max(passed, key=lambda r: r.speedup)
-            best = (get_solution(runtime.store, top.solution_hash), top.solution_hash)
-        proposal = propose(seeds, tried, best, rng)
+        proposal = propose(list(job.seeds), tried, _best(runtime, rows, job), rng)
         if proposal is None:
             return None
-        digest = put_solution(session, runtime.store, problem_id, proposal.solution, proposal.parent_hash)
-        attempt = create_attempt(session, problem_id, digest, device, campaign_id=campaign_id,
-                                 assignment_id=assignment_id, worker=platform.node())
+        digest = put_solution(session, runtime.store, job.problem_id, proposal.solution, proposal.parent_hash)
+        attempt = create_attempt(session, job.problem_id, digest, job.device, campaign_id=job.campaign_id,
+                                 assignment_id=job.assignment_id, worker=platform.node())
         return attempt.id  # committed when the session closes, before the task is sent
+
+
+def _best(runtime: Runtime, rows, job: Job) -> tuple[Solution, str] | None:
+    """Where the search goes on from: the best PASSED solution on the problem; with a parent, the
+    parent until this assignment beats it."""
+    passed = [r for r in rows if r.status == "PASSED" and r.speedup is not None]
+    if job.parent_hash:
+        passed = [r for r in passed if r.assignment_id == job.assignment_id or r.solution_hash == job.parent_hash]
+        if not passed:
+            return get_solution(runtime.store, job.parent_hash), job.parent_hash
+    if not passed:
+        return None
+    top = max(passed, key=lambda r: (r.sol_score if r.sol_score is not None else -1.0, r.speedup))
+    return get_solution(runtime.store, top.solution_hash), top.solution_hash
 
 
 def _campaign_running(runtime: Runtime, campaign_id: int) -> bool:
@@ -91,13 +257,14 @@ def _campaign_running(runtime: Runtime, campaign_id: int) -> bool:
         return session.get(CampaignRow, campaign_id).status == "RUNNING"
 
 
-def _wait(runtime: Runtime, attempt_id: str) -> str:
-    """The attempt's status once finished, or its in-flight status when `attempt_wait_s` runs out."""
+def _wait(runtime: Runtime, attempt_id: str, lease: Lease) -> str:
+    """The attempt's status once finished, or its in-flight status when `attempt_wait_s` runs out
+    or the lease is lost."""
     deadline = time.monotonic() + runtime.settings.attempt_wait_s
     while True:
         with runtime.db.session() as session:
             status = session.get(AttemptRow, attempt_id).status
         remaining_s = deadline - time.monotonic()
-        if status not in IN_FLIGHT or remaining_s <= 0:
+        if status not in IN_FLIGHT or remaining_s <= 0 or not lease.held:
             return status
         time.sleep(min(POLL_S, remaining_s))

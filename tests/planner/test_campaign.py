@@ -1,100 +1,39 @@
-"""Campaigns: round-robin assignment over idle writer slots, stopping, and the best attempt per problem."""
+"""Campaigns: round-robin assignment over idle writer slots, stopping, and the best attempt per problem.
+
+The writer closes an assignment itself (`finish` here) before it reports it done."""
 
 from __future__ import annotations
-
-import hashlib
-import itertools
-import uuid
-from collections.abc import Iterator
-from datetime import datetime, timedelta
-from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
 
-from services.planner.campaign import assignment_done, create_campaign, stop_campaign, tick
-from shared.db import AssignmentRow, AttemptRow, CampaignProblemRow, CampaignRow, Database, SolutionRow
+from plannerkit import T0, Attempts, WriteQueue, active, best_of
+from services.planner.campaign import (
+    Budgets, assignment_done, create_campaign, list_campaigns, pause_campaign, resume_campaign, stop_campaign,
+)
+from services.planner.best import update_best
+from services.planner.tick import tick
+from shared.db import AssignmentRow, CampaignRow, Database
 from shared.errors import NotFoundError, UserError
-from shared.repository import upsert_problem
-from shared.schema import load_problem
-
-PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
-NAMES = ("llama31_8b_gemm_o_proj", "llama31_8b_rmsnorm", "llama31_8b_swiglu")
-T0 = datetime(2026, 1, 1, 12, 0, 0)
-
-
-class WriteQueue:
-    """`send_write` that checks, from a fresh session, that the assignment it is sent is committed."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        self.sent: list[int] = []
-        self.problems: list[int] = []  # the problem each sent assignment is for, in order
-
-    def __call__(self, assignment_id: int) -> None:
-        with self.db.session() as session:
-            row = session.get(AssignmentRow, assignment_id)
-            assert row is not None, f"assignment {assignment_id} sent before its commit"
-            assert row.status == "QUEUED"
-            self.problems.append(row.problem_id)
-        self.sent.append(assignment_id)
-
-
-@pytest.fixture
-def db(tmp_path) -> Iterator[Database]:
-    database = Database(f"sqlite:///{tmp_path}/planner.db")
-    yield database
-    database.dispose()
-
-
-@pytest.fixture
-def problem_ids(db) -> list[int]:
-    with db.session() as session:
-        return [upsert_problem(session, load_problem(PROBLEMS / name)).id for name in NAMES]
-
-
-@pytest.fixture
-def queue(db) -> WriteQueue:
-    return WriteQueue(db)
-
 
 def campaign(db: Database, problem_ids: list[int], writers: int = 2, device: str = "cpu") -> int:
-    return create_campaign(db, "c", problem_ids, device=device, writers=writers, attempts_per_assignment=3)
+    return create_campaign(db, "c", problem_ids, device=device, writers=writers, attempts_per_assignment=3,
+                           policy="round_robin")
 
 
-def active(db: Database, campaign_id: int) -> int:
+def finish(db: Database, assignment_id: int, queue: WriteQueue) -> list[int]:
+    """What a writer does: make an attempt (one that fails, so it is never a best), close the
+    assignment, then report it done. (A DONE assignment without attempts means "nothing left to
+    try", which retires the problem.)"""
     with db.session() as session:
-        return session.scalar(select(func.count()).select_from(AssignmentRow).where(
-            AssignmentRow.campaign_id == campaign_id, AssignmentRow.status.in_(("QUEUED", "RUNNING"))))
-
-
-def best_of(db: Database, campaign_id: int, problem_id: int) -> str | None:
+        row = session.get(AssignmentRow, assignment_id)
+        problem_id, campaign_id = row.problem_id, row.campaign_id
+    Attempts(db).add(problem_id, campaign_id, "COMPILE_ERROR", assignment_id=assignment_id)
     with db.session() as session:
-        return session.get(CampaignProblemRow, (campaign_id, problem_id)).best_attempt_id
-
-
-class Attempts:
-    """Writes one solution and one finished attempt per call, `minute` minutes after T0."""
-
-    def __init__(self, db: Database) -> None:
-        self.db = db
-        self._counter = itertools.count()
-
-    def add(self, problem_id: int, campaign_id: int | None, status: str, speedup: float | None = None,
-            latency_ms: float | None = None, minute: int = 0) -> str:
-        n = next(self._counter)
-        digest = hashlib.sha256(f"solution-{n}".encode()).hexdigest()
-        attempt_id = str(uuid.uuid4())
-        with self.db.session() as session:
-            session.add(SolutionRow(hash=digest, problem_id=problem_id, name=f"s{n}", author="tests",
-                                    language="pytorch"))
-            session.flush()
-            session.add(AttemptRow(id=attempt_id, problem_id=problem_id, solution_hash=digest,
-                                   campaign_id=campaign_id, status=status, device="cpu", speedup=speedup,
-                                   latency_ms=latency_ms, created_at=T0 + timedelta(minutes=minute),
-                                   finished_at=None if status in ("PENDING", "RUNNING")
-                                   else T0 + timedelta(minutes=minute, seconds=30)))
-        return attempt_id
+        row = session.get(AssignmentRow, assignment_id)
+        if row.status in ("QUEUED", "RUNNING"):
+            row.status, row.finished_at = "DONE", T0
+    return assignment_done(db, assignment_id, queue)
 
 
 def test_a_tick_fills_every_writer_slot_in_campaign_order(db, problem_ids, queue):
@@ -114,7 +53,7 @@ def test_round_robin_continues_across_ticks(db, problem_ids, queue):
     campaign_id = campaign(db, problem_ids, writers=2)
     tick(db, campaign_id, queue)
     for _ in range(5):  # each finished assignment frees one slot, which goes to the next problem
-        assignment_done(db, queue.sent[-2], queue)
+        finish(db, queue.sent[-2], queue)
 
     assert len(queue.sent) == 7
     assert queue.problems == [problem_ids[i % 3] for i in range(7)]
@@ -135,7 +74,7 @@ def test_never_more_active_assignments_than_writers(db, problem_ids, queue):
     assert tick(db, campaign_id, queue) == []
     assert active(db, campaign_id) == 3
 
-    assert len(assignment_done(db, queue.sent[1], queue)) == 1
+    assert len(finish(db, queue.sent[1], queue)) == 1
     assert tick(db, campaign_id, queue) == []
     assert active(db, campaign_id) == 3 and len(queue.sent) == 4
 
@@ -153,33 +92,39 @@ def test_no_ticks_after_stop(db, problem_ids, queue):
     stop_campaign(db, campaign_id)
 
     assert tick(db, campaign_id, queue) == []
-    assert assignment_done(db, queue.sent[0], queue) == []
+    assert finish(db, queue.sent[0], queue) == []
     assert len(queue.sent) == 2
     with db.session() as session:
         row = session.get(CampaignRow, campaign_id)
         assert row.status == "STOPPED" and row.stopped_at is not None
         stopped_at = row.stopped_at
-        assert session.get(AssignmentRow, queue.sent[0]).status == "DONE"
 
     stop_campaign(db, campaign_id)  # stopping twice keeps the first time
     with db.session() as session:
         assert session.get(CampaignRow, campaign_id).stopped_at == stopped_at
 
 
-def test_assignment_done_marks_done_and_fills_the_freed_slot(db, problem_ids, queue):
+def test_assignment_done_fills_the_freed_slot_once(db, problem_ids, queue):
     campaign_id = campaign(db, problem_ids, writers=1)
     (first,) = tick(db, campaign_id, queue)
 
-    (second,) = assignment_done(db, first, queue)
+    (second,) = finish(db, first, queue)
 
     assert queue.sent == [first, second]
-    with db.session() as session:
-        row = session.get(AssignmentRow, first)
-        assert row.status == "DONE" and row.finished_at is not None
-        finished_at = row.finished_at
     assert assignment_done(db, first, queue) == []  # delivered twice: nothing changes, no extra slot
     with db.session() as session:
-        assert session.get(AssignmentRow, first).finished_at == finished_at
+        assert session.get(AssignmentRow, first).finished_at == T0
+
+
+def test_a_done_report_for_a_running_assignment_does_not_close_it(db, problem_ids, queue):
+    """Only the writer closes an assignment: a stray report must not free its slot."""
+    campaign_id = campaign(db, problem_ids, writers=1)
+    (first,) = tick(db, campaign_id, queue)
+    with db.session() as session:
+        session.get(AssignmentRow, first).status = "RUNNING"
+
+    assert assignment_done(db, first, queue) == []
+    assert active(db, campaign_id) == 1
 
 
 def test_the_best_attempt_is_passed_then_fastest_then_lowest_latency_then_earliest(db, problem_ids, queue):
@@ -200,7 +145,7 @@ def test_the_best_attempt_is_passed_then_fastest_then_lowest_latency_then_earlie
     attempts.add(problem, campaign_id, "PASSED", speedup=2.0, latency_ms=4.0, minute=9)  # ties, later
     early = attempts.add(problem, campaign_id, "PASSED", speedup=2.0, latency_ms=4.0, minute=3)
 
-    assignment_done(db, assignment_id, queue)
+    finish(db, assignment_id, queue)
 
     assert best_of(db, campaign_id, problem) == early
     assert best_of(db, campaign_id, other) is None  # only the finished assignment's problem is updated
@@ -213,7 +158,7 @@ def test_failed_attempts_are_never_best(db, problem_ids, queue):
     for status in ("COMPILE_ERROR", "RUNTIME_ERROR", "TIMEOUT", "INCORRECT_SHAPE", "REWARD_HACK"):
         attempts.add(problem_ids[0], campaign_id, status, speedup=3.0, latency_ms=1.0)
 
-    assignment_done(db, assignment_id, queue)
+    finish(db, assignment_id, queue)
 
     assert best_of(db, campaign_id, problem_ids[0]) is None
 
@@ -225,7 +170,7 @@ def test_an_unknown_latency_does_not_win_a_tie(db, problem_ids, queue):
     attempts.add(problem_ids[0], campaign_id, "PASSED", speedup=2.0, latency_ms=None, minute=0)
     measured = attempts.add(problem_ids[0], campaign_id, "PASSED", speedup=2.0, latency_ms=4.0, minute=1)
 
-    assignment_done(db, assignment_id, queue)
+    finish(db, assignment_id, queue)
 
     assert best_of(db, campaign_id, problem_ids[0]) == measured
 
@@ -236,11 +181,11 @@ def test_the_best_moves_when_a_later_assignment_finds_a_faster_attempt(db, probl
     (first,) = tick(db, campaign_id, queue)
     attempts = Attempts(db)
     slow = attempts.add(problem, campaign_id, "PASSED", speedup=1.2, latency_ms=3.0, minute=0)
-    (second,) = assignment_done(db, first, queue)
+    (second,) = finish(db, first, queue)
     assert best_of(db, campaign_id, problem) == slow
 
     fast = attempts.add(problem, campaign_id, "PASSED", speedup=1.8, latency_ms=2.0, minute=5)
-    assignment_done(db, second, queue)
+    finish(db, second, queue)
     assert best_of(db, campaign_id, problem) == fast
 
 
@@ -259,3 +204,80 @@ def test_a_campaign_without_problems_is_a_user_error(db):
         create_campaign(db, "empty", [], device="cpu", writers=2, attempts_per_assignment=3)
     with db.session() as session:
         assert session.scalar(select(func.count()).select_from(CampaignRow)) == 0
+
+
+# --- validation, controls and listing --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"problem_ids": [404]}, "no problem with id 404"),
+    ({"problem_ids": "dup"}, "problem ids given twice"),
+    ({"writers": 0}, "writers must be at least 1"),
+    ({"attempts_per_assignment": 0}, "attempts per assignment must be at least 1"),
+    ({"policy": "llm"}, "unknown policy 'llm'"),
+    ({"name": " "}, "a campaign needs a name"),
+    ({"budgets": Budgets(attempts=0)}, "the attempts budget must be positive"),
+    ({"budgets": Budgets(gpu_s=-1.0)}, "the GPU-seconds budget must be positive"),
+], ids=["unknown-problem", "duplicate", "writers", "per-assignment", "policy", "name", "attempts", "gpu"])
+def test_create_campaign_validates_its_inputs(db, problem_ids, kwargs, message):
+    arguments = {"name": "c", "problem_ids": problem_ids, "device": "cpu", "writers": 2,
+                 "attempts_per_assignment": 3, **kwargs}
+    if arguments["problem_ids"] == "dup":
+        arguments["problem_ids"] = [problem_ids[0], problem_ids[1], problem_ids[0]]
+    with pytest.raises(UserError, match=message):
+        create_campaign(db, **arguments)
+    with db.session() as session:
+        assert session.scalar(select(func.count()).select_from(CampaignRow)) == 0
+
+
+def test_a_new_campaign_uses_the_default_policy_and_keeps_its_budgets(db, problem_ids):
+    campaign_id = create_campaign(db, "c", problem_ids, "cpu", 2, 3, budgets=Budgets(10, 5.0, 1000, 60.0))
+    (summary,) = list_campaigns(db)
+    assert (summary.id, summary.policy, summary.status, summary.problems) == (campaign_id, "headroom_ucb", "RUNNING", 3)
+    assert summary.budgets == Budgets(10, 5.0, 1000, 60.0)
+
+
+def test_pause_resume_and_stop(db, problem_ids, queue):
+    campaign_id = campaign(db, problem_ids)
+    assert pause_campaign(db, campaign_id) == "PAUSED"
+    assert tick(db, campaign_id, queue) == []
+    assert resume_campaign(db, campaign_id) == "RUNNING"
+    assert len(tick(db, campaign_id, queue)) == 2
+    assert stop_campaign(db, campaign_id) == "STOPPED"
+    with pytest.raises(UserError, match="stopped; create a new one"):
+        resume_campaign(db, campaign_id)
+    with pytest.raises(UserError, match="cannot be paused"):
+        pause_campaign(db, campaign_id)
+    with pytest.raises(NotFoundError):
+        pause_campaign(db, 404)
+
+
+def test_list_counts_attempts_costs_and_active_assignments(db, problem_ids, queue):
+    first = campaign(db, problem_ids, writers=2)
+    second = campaign(db, problem_ids[:1], writers=1)
+    tick(db, first, queue)
+    attempts = Attempts(db)
+    attempts.add(problem_ids[0], first, "PASSED", speedup=1.0, gpu_seconds=1.5, tokens=100)
+    attempts.add(problem_ids[1], first, "PENDING", tokens=20)
+
+    summaries = {s.id: s for s in list_campaigns(db)}
+    assert (summaries[first].attempts, summaries[first].gpu_s, summaries[first].tokens) == (2, 1.5, 120)
+    assert summaries[first].active_assignments == 2
+    assert (summaries[second].attempts, summaries[second].active_assignments) == (0, 0)
+
+
+def test_update_best_ignores_a_problem_outside_the_campaign(db, problem_ids):
+    campaign_id = campaign(db, problem_ids[:1])
+    Attempts(db).add(problem_ids[1], campaign_id, "PASSED", speedup=2.0)
+    with db.session() as session:
+        assert update_best(session, campaign_id, problem_ids[1]) is None
+
+
+def test_a_measured_sol_score_ranks_before_speedup(db, problem_ids, queue):
+    campaign_id = campaign(db, problem_ids[:1], writers=1)
+    (assignment_id,) = tick(db, campaign_id, queue)
+    attempts = Attempts(db)
+    attempts.add(problem_ids[0], campaign_id, "PASSED", speedup=3.0, latency_ms=1.0)
+    scored = attempts.add(problem_ids[0], campaign_id, "PASSED", speedup=2.0, latency_ms=1.5, sol_score=0.7)
+    finish(db, assignment_id, queue)
+    assert best_of(db, campaign_id, problem_ids[0]) == scored

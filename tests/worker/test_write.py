@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select
 
-from services.worker.write import run_assignment
+from services.worker.write import assignment_closed, run_assignment
 from shared.db import AssignmentRow, AttemptRow, CampaignRow, SolutionRow, utcnow
 from shared.repository import get_solution, upsert_problem
 from shared.runtime import Runtime
@@ -94,10 +95,10 @@ def add_campaign(runtime: Runtime, device: str = "cpu") -> int:
         return campaign.id
 
 
-def add_assignment(runtime: Runtime, campaign_id: int, problem_id: int, budget: int) -> int:
+def add_assignment(runtime: Runtime, campaign_id: int, problem_id: int, budget: int, **fields) -> int:
     with runtime.db.session() as session:
         row = AssignmentRow(campaign_id=campaign_id, problem_id=problem_id, budget_attempts=budget,
-                            status="QUEUED")
+                            **{"status": "QUEUED", **fields})
         session.add(row)
         session.flush()
         return row.id
@@ -211,7 +212,8 @@ def test_a_stopped_campaign_gets_no_attempts(runtime, problem_id):
 
     assert run_assignment(runtime, assignment_id, evaluator) == 0
     assert evaluator.calls == [] and attempts(runtime) == []
-    assert assignment(runtime, assignment_id).status == "DONE"
+    assert assignment(runtime, assignment_id).status == "CANCELLED"  # not "nothing left to try"
+    assert assignment_closed(runtime, assignment_id)
 
 
 def test_idempotent_a_done_assignment_does_nothing(runtime, problem_id):
@@ -250,3 +252,161 @@ def test_an_evaluator_that_never_answers_does_not_hang_the_writer(tmp_path):
         assert assignment(runtime, assignment_id).status == "DONE"
     finally:
         runtime.db.dispose()
+
+
+# --- the assignment protocol: claim, lease, budget on redelivery, brief ------------------------------
+
+
+def test_a_duplicate_message_leaves_an_assignment_held_by_a_live_writer_alone(runtime, problem_id):
+    assignment_id = add_assignment(runtime, add_campaign(runtime), problem_id, budget=3, status="RUNNING",
+                                   worker="other/1/abc", lease_until=utcnow() + timedelta(minutes=5))
+    evaluator = FakeEvaluator(runtime)
+
+    assert run_assignment(runtime, assignment_id, evaluator) == 0
+    assert evaluator.calls == []
+    row = assignment(runtime, assignment_id)
+    assert (row.status, row.worker) == ("RUNNING", "other/1/abc")
+    assert not assignment_closed(runtime, assignment_id)  # so the task does not report it done
+
+
+def test_a_redelivered_task_takes_over_and_counts_the_attempts_already_made(runtime, problem_id):
+    campaign_id = add_campaign(runtime)
+    evaluator = FakeEvaluator(runtime)
+    assignment_id = add_assignment(runtime, campaign_id, problem_id, budget=5)
+    lease = 0.2
+    calls = []
+
+    def die_after_two(attempt_id: str, device: str) -> None:  # the first writer dies in its third call
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        calls.append(attempt_id)
+        evaluator(attempt_id, device)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_assignment(runtime, assignment_id, die_after_two, lease_s=lease)
+    assert assignment(runtime, assignment_id).status == "RUNNING"
+    assert len(attempts(runtime, assignment_id)) == 3  # two evaluated, one recorded but never sent
+
+    assert run_assignment(runtime, assignment_id, evaluator, lease_s=lease) == 0  # lease still held
+    time.sleep(lease + 0.05)
+    assert run_assignment(runtime, assignment_id, evaluator, lease_s=lease) == 2  # 5 less the 3 recorded
+
+    made = attempts(runtime, assignment_id)
+    assert len(made) == 5 and len({a.solution_hash for a in made}) == 5
+    assert assignment(runtime, assignment_id).status == "DONE"
+
+
+def test_the_lease_is_renewed_while_the_writer_works(runtime, problem_id):
+    assignment_id = add_assignment(runtime, add_campaign(runtime), problem_id, budget=3)
+    seen = []
+
+    def slow(attempt_id: str, device: str) -> None:
+        time.sleep(0.15)
+        seen.append(assignment(runtime, assignment_id).lease_until)
+        FakeEvaluator(runtime)(attempt_id, device)
+
+    assert run_assignment(runtime, assignment_id, slow, lease_s=0.3) == 3
+    assert seen == sorted(seen) and len(set(seen)) >= 2  # moved forward at least once
+    assert assignment(runtime, assignment_id).lease_until is None  # a closed assignment holds no lease
+
+
+def test_a_writer_whose_assignment_the_planner_expired_stops_and_leaves_it(runtime, problem_id):
+    assignment_id = add_assignment(runtime, add_campaign(runtime), problem_id, budget=5)
+
+    def expire_after_first(calls: int) -> None:
+        if calls == 1:
+            with runtime.db.session() as session:
+                session.get(AssignmentRow, assignment_id).status = "EXPIRED"
+            time.sleep(0.1)  # past the renewal time
+
+    evaluator = FakeEvaluator(runtime, on_call=expire_after_first)
+    assert run_assignment(runtime, assignment_id, evaluator, lease_s=0.2) == 1
+    assert assignment(runtime, assignment_id).status == "EXPIRED"
+    assert not assignment_closed(runtime, assignment_id)
+
+
+def test_a_parent_in_the_assignment_is_where_the_search_starts(runtime, problem_id):
+    campaign_id = add_campaign(runtime)
+    evaluator = FakeEvaluator(runtime)
+    run_assignment(runtime, add_assignment(runtime, campaign_id, problem_id, budget=2), evaluator)
+    first, second = attempts(runtime)
+    parent = min((first, second), key=lambda a: a.speedup)  # not the best
+
+    assignment_id = add_assignment(runtime, campaign_id, problem_id, budget=1, parent_hash=parent.solution_hash,
+                                   language="pytorch", guidance="the last 2 attempts failed to compile: x")
+    assert run_assignment(runtime, assignment_id, evaluator) == 1
+
+    (child,) = attempts(runtime, assignment_id)
+    with runtime.db.session() as session:
+        assert session.get(SolutionRow, child.solution_hash).parent_hash == parent.solution_hash
+    parent_values, child_values = chosen(runtime, parent), chosen(runtime, child)
+    assert sum(parent_values[k] != child_values[k] for k in parent_values) == 1  # one tunable moved
+
+
+def test_a_language_without_seeds_falls_back_on_every_seed(runtime, problem_id):
+    assignment_id = add_assignment(runtime, add_campaign(runtime), problem_id, budget=1, language="cuda")
+    assert run_assignment(runtime, assignment_id, FakeEvaluator(runtime)) == 1
+    (made,) = attempts(runtime, assignment_id)
+    assert chosen(runtime, made) == {"CHUNK_ROWS": 0, "FP32_WEIGHT": False}  # the pytorch seed
+
+
+def test_an_empty_assignment_is_done_not_cancelled(runtime, problem_id):
+    """The search space is exhausted: DONE with no attempt, the planner's cue to retire the problem."""
+    campaign_id = add_campaign(runtime)
+    evaluator = FakeEvaluator(runtime)
+    run_assignment(runtime, add_assignment(runtime, campaign_id, problem_id, budget=6), evaluator)
+    assignment_id = add_assignment(runtime, campaign_id, problem_id, budget=2)
+
+    assert run_assignment(runtime, assignment_id, evaluator) == 0
+    assert assignment(runtime, assignment_id).status == "DONE"
+
+
+class RacingSession:
+    """Lets another writer record the same solution between this writer's check and its insert."""
+
+    def __init__(self, session, runtime: Runtime) -> None:
+        self._session, self._runtime = session, runtime
+
+    def get(self, model, key):
+        if model is SolutionRow:
+            with self._runtime.db.session() as other:
+                if other.get(SolutionRow, key) is None:
+                    other.add(SolutionRow(hash=key, problem_id=1, name="twin", author="other writer",
+                                          language="pytorch"))
+            return None
+        return self._session.get(model, key)
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+
+def test_a_solution_recorded_concurrently_by_another_writer_is_proposed_again(runtime, problem_id, monkeypatch):
+    import services.worker.write as write
+
+    real = write.put_solution
+    raced = []
+
+    def racing_put(session, store, *args, **kwargs):
+        if not raced:
+            raced.append(True)
+            return real(RacingSession(session, runtime), store, *args, **kwargs)
+        return real(session, store, *args, **kwargs)
+
+    monkeypatch.setattr(write, "put_solution", racing_put)
+    assignment_id = add_assignment(runtime, add_campaign(runtime), problem_id, budget=2)
+
+    assert run_assignment(runtime, assignment_id, FakeEvaluator(runtime)) == 2
+    assert raced and assignment(runtime, assignment_id).status == "DONE"
+
+
+def test_a_writer_that_fails_gives_its_lease_up(runtime, problem_id):
+    assignment_id = add_assignment(runtime, add_campaign(runtime), problem_id, budget=3)
+
+    def broken(attempt_id: str, device: str) -> None:
+        raise RuntimeError("broker down")
+
+    with pytest.raises(RuntimeError):
+        run_assignment(runtime, assignment_id, broken)
+    row = assignment(runtime, assignment_id)
+    assert row.status == "RUNNING" and row.lease_until <= utcnow()  # expired: a retry or the planner takes it
+    assert run_assignment(runtime, assignment_id, FakeEvaluator(runtime)) == 2  # the retry: 3 less the 1 recorded

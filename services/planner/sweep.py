@@ -1,0 +1,139 @@
+"""What keeps a campaign going when processes die: run by the planner at start-up and then every
+`sweep_every_s`, whether or not any message arrives.
+
+- A RUNNING assignment whose lease ran out (its writer died) is closed as EXPIRED; the next tick
+  fills its slot. A writer that comes back finds it closed and stops.
+- An attempt without a verdict `attempt_deadline_s` after it was recorded is marked TIMEOUT with a
+  message, not sent again: its evaluator may have died running it (a kernel that kills its worker
+  is not re-run), and its writer has long stopped waiting. A verdict that still arrives wins.
+- A QUEUED assignment whose `write` task may be lost (the planner died between commit and send, or
+  the broker lost it) is sent again: all of them at start-up, those older than `requeue_after_s`
+  later. A duplicate is harmless: only one writer can claim an assignment.
+- Every RUNNING campaign gets a tick (a resumed or new campaign starts; one whose done messages
+  were lost goes on).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from kombu.exceptions import OperationalError as KombuOperationalError
+from sqlalchemy import or_, select, update
+from sqlalchemy.exc import SQLAlchemyError
+
+from services.planner.best import update_bests
+from services.planner.state import IN_FLIGHT
+from services.planner.tick import RUNNING, PlannerConfig, SendWrite
+from shared.db import AssignmentRow, AttemptRow, CampaignRow, Database, utcnow
+
+log = logging.getLogger(__name__)
+
+SendTick = Callable[[int], None]
+LOST_MESSAGE = ("no verdict {deadline_s:.0f} s after the attempt was recorded: its evaluation was lost "
+                "(the evaluator died or the task was dropped); marked TIMEOUT by the planner")
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    expired: tuple[int, ...]  # assignments
+    timed_out: tuple[str, ...]  # attempts
+    resent: tuple[int, ...]  # assignments
+    ticked: tuple[int, ...]  # campaigns
+
+
+def expire_leases(db: Database, now: datetime, fallback_lease_s: float) -> list[int]:
+    """Close RUNNING assignments whose lease ran out (or, without a lease, that are older than
+    `fallback_lease_s`)."""
+    with db.session() as session:
+        expired = list(session.scalars(select(AssignmentRow.id).where(
+            AssignmentRow.status == "RUNNING",
+            or_(AssignmentRow.lease_until < now,
+                AssignmentRow.lease_until.is_(None) & (AssignmentRow.created_at < now - timedelta(
+                    seconds=fallback_lease_s))))))
+        if expired:
+            session.execute(update(AssignmentRow)
+                            .where(AssignmentRow.id.in_(expired), AssignmentRow.status == "RUNNING")
+                            .values(status="EXPIRED", finished_at=now))
+    for assignment_id in expired:
+        log.warning("assignment=%s lease expired: closed as EXPIRED", assignment_id)
+    return expired
+
+
+def time_out_attempts(db: Database, now: datetime, deadline_s: float) -> list[str]:
+    """Mark TIMEOUT the campaign attempts still in flight `deadline_s` after they were recorded."""
+    cutoff = now - timedelta(seconds=deadline_s)
+    with db.session() as session:
+        stale = list(session.scalars(select(AttemptRow.id).where(
+            AttemptRow.status.in_(IN_FLIGHT), AttemptRow.campaign_id.is_not(None), AttemptRow.created_at < cutoff)))
+        if stale:
+            session.execute(update(AttemptRow).where(AttemptRow.id.in_(stale), AttemptRow.status.in_(IN_FLIGHT))
+                            .values(status="TIMEOUT", finished_at=now,
+                                    message=LOST_MESSAGE.format(deadline_s=deadline_s)))
+    for attempt_id in stale:
+        log.warning("attempt=%s no verdict after %.0f s: TIMEOUT", attempt_id, deadline_s)
+    return stale
+
+
+def resend_queued(db: Database, send_write: SendWrite, older_than: datetime | None) -> list[int]:
+    """Send `write` again for the QUEUED assignments of running campaigns (created before
+    `older_than`, when given)."""
+    with db.session() as session:
+        query = (select(AssignmentRow.id).join(CampaignRow, CampaignRow.id == AssignmentRow.campaign_id)
+                 .where(AssignmentRow.status == "QUEUED", CampaignRow.status == RUNNING).order_by(AssignmentRow.id))
+        if older_than is not None:
+            query = query.where(AssignmentRow.created_at < older_than)
+        queued = list(session.scalars(query))
+    if queued:
+        send_write(queued)
+        log.info("sent write again for queued assignments=%s", queued)
+    return queued
+
+
+def sweep(db: Database, send_write: SendWrite, send_tick: SendTick, config: PlannerConfig,
+          now: datetime | None = None, starting: bool = False) -> SweepReport:
+    now = now or utcnow()
+    expired = expire_leases(db, now, config.attempt_deadline_s)
+    timed_out = time_out_attempts(db, now, config.attempt_deadline_s)
+    resent = resend_queued(db, send_write, None if starting else now - timedelta(seconds=config.requeue_after_s))
+    with db.session() as session:
+        running = list(session.scalars(select(CampaignRow.id).where(CampaignRow.status == RUNNING)))
+    for campaign_id in running:
+        if starting:  # done messages may have been lost with the planner
+            with db.session() as session:
+                update_bests(session, campaign_id)
+        send_tick(campaign_id)
+    return SweepReport(tuple(expired), tuple(timed_out), tuple(resent), tuple(running))
+
+
+class Sweeper:
+    """A daemon thread of the planner process: one sweep at start, then one every `sweep_every_s`.
+    It only writes rows and sends messages; the ticks run as tasks in the planner's main loop."""
+
+    def __init__(self, db_factory: Callable[[], Database], send_write: SendWrite, send_tick: SendTick,
+                 config: PlannerConfig) -> None:
+        self.db_factory, self.send_write, self.send_tick, self.config = db_factory, send_write, send_tick, config
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="planner-sweeper", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        starting = True
+        while not self._stop.is_set():
+            try:
+                report = sweep(self.db_factory(), self.send_write, self.send_tick, self.config, starting=starting)
+                starting = False
+                log.debug("sweep: %s", report)
+            except (SQLAlchemyError, KombuOperationalError, OSError):  # DB or broker down: next period
+                log.exception("sweep failed; retrying in %.0f s", self.config.sweep_every_s)
+            self._stop.wait(self.config.sweep_every_s)

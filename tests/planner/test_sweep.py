@@ -1,0 +1,147 @@
+"""The sweep that keeps campaigns going when processes die: expired leases, lost evaluations,
+lost `write` messages, and a tick for every running campaign."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from sqlalchemy import select
+
+from plannerkit import T0, Attempts, WriteQueue, add_problems, assignments, best_of
+from services.planner.campaign import create_campaign, pause_campaign
+from services.planner.sweep import Sweeper, expire_leases, resend_queued, sweep, time_out_attempts
+from services.planner.tick import PlannerConfig, tick
+from shared.db import AssignmentRow, AttemptRow, CampaignProblemRow, Database
+
+NOW = T0 + timedelta(hours=2)
+
+
+def new_campaign(db: Database, writers: int = 2, problems: int = 2) -> int:
+    return create_campaign(db, "s", add_problems(db, problems), "cpu", writers, 2)
+
+
+def first_problem(db: Database, campaign_id: int) -> int:
+    with db.session() as session:
+        return session.scalars(select(CampaignProblemRow.problem_id).where(
+            CampaignProblemRow.campaign_id == campaign_id, CampaignProblemRow.position == 0)).one()
+
+
+def set_assignment(db: Database, assignment_id: int, **fields) -> None:
+    with db.session() as session:
+        row = session.get(AssignmentRow, assignment_id)
+        for name, value in fields.items():
+            setattr(row, name, value)
+
+
+def assignment_status(db: Database, assignment_id: int) -> str:
+    with db.session() as session:
+        return session.get(AssignmentRow, assignment_id).status
+
+
+def test_running_assignments_past_their_lease_are_expired_and_their_slot_refilled(db, queue):
+    campaign_id = new_campaign(db, writers=3)
+    dead, alive, queued = tick(db, campaign_id, queue, now=T0)
+    set_assignment(db, dead, status="RUNNING", lease_until=NOW - timedelta(seconds=1))
+    set_assignment(db, alive, status="RUNNING", lease_until=NOW + timedelta(seconds=30))
+
+    assert expire_leases(db, NOW, fallback_lease_s=3600) == [dead]
+
+    assert [assignment_status(db, a) for a in (dead, alive, queued)] == ["EXPIRED", "RUNNING", "QUEUED"]
+    (refill,) = tick(db, campaign_id, queue, now=NOW)
+    assert refill not in (dead, alive, queued)
+
+
+def test_a_running_assignment_without_a_lease_expires_after_the_fallback(db, queue):
+    campaign_id = new_campaign(db)
+    first, _ = tick(db, campaign_id, queue, now=T0)
+    set_assignment(db, first, status="RUNNING", lease_until=None)
+    assert expire_leases(db, T0 + timedelta(seconds=59), fallback_lease_s=60) == []
+    assert expire_leases(db, T0 + timedelta(seconds=61), fallback_lease_s=60) == [first]
+
+
+def test_attempts_without_a_verdict_past_the_deadline_time_out_with_a_message(db):
+    campaign_id = new_campaign(db)
+    problem = first_problem(db, campaign_id)
+    attempts = Attempts(db)
+    lost = attempts.add(problem, campaign_id, "PENDING", created_at=NOW - timedelta(seconds=601))
+    crashed = attempts.add(problem, campaign_id, "RUNNING", created_at=NOW - timedelta(seconds=700))
+    waiting = attempts.add(problem, campaign_id, "PENDING", created_at=NOW - timedelta(seconds=599))
+    finished = attempts.add(problem, campaign_id, "PASSED", speedup=1.0, created_at=NOW - timedelta(hours=1))
+    outside = attempts.add(problem, None, "PENDING", created_at=NOW - timedelta(hours=1))  # not a campaign's
+
+    assert sorted(time_out_attempts(db, NOW, deadline_s=600)) == sorted([lost, crashed])
+
+    with db.session() as session:
+        rows = {a: session.get(AttemptRow, a) for a in (lost, crashed, waiting, finished, outside)}
+        assert [rows[a].status for a in (lost, crashed, waiting, finished, outside)] == [
+            "TIMEOUT", "TIMEOUT", "PENDING", "PASSED", "PENDING"]
+        assert "no verdict 600 s after the attempt was recorded" in rows[lost].message
+        assert rows[lost].finished_at == NOW
+    assert time_out_attempts(db, NOW, deadline_s=600) == []  # once
+
+
+def test_queued_assignments_are_sent_again_all_at_start_and_old_ones_later(db):
+    campaign_id = new_campaign(db, writers=2)
+    old, new = tick(db, campaign_id, WriteQueue(db), now=T0)
+    set_assignment(db, new, created_at=NOW - timedelta(seconds=10))
+    paused = new_campaign(db, writers=1)
+    tick(db, paused, WriteQueue(db), now=T0)
+    pause_campaign(db, paused)
+
+    queue = WriteQueue(db)
+    assert resend_queued(db, queue, older_than=None) == [old, new]  # a paused campaign's wait for resume
+    assert resend_queued(db, queue, older_than=NOW - timedelta(seconds=60)) == [old]
+
+
+def test_a_sweep_at_start_refreshes_bests_and_ticks_every_running_campaign(db):
+    running, paused = new_campaign(db), new_campaign(db)
+    pause_campaign(db, paused)
+    problem = first_problem(db, running)
+    best = Attempts(db).add(problem, running, "PASSED", speedup=2.0)  # its done message was lost
+    ticks: list[int] = []
+
+    report = sweep(db, WriteQueue(db), ticks.append, PlannerConfig(), now=NOW, starting=True)
+
+    assert ticks == [running] and report.ticked == (running,)
+    assert best_of(db, running, problem) == best
+
+
+def test_the_sweeper_thread_sweeps_at_start_then_periodically(db):
+    new_campaign(db)
+    swept = threading.Event()
+    ticks: list[int] = []
+
+    def send_tick(campaign_id: int) -> None:
+        ticks.append(campaign_id)
+        if len(ticks) >= 2:
+            swept.set()
+
+    sweeper = Sweeper(lambda: db, WriteQueue(db), send_tick, PlannerConfig(sweep_every_s=0.05))
+    sweeper.start()
+    try:
+        assert swept.wait(5)
+    finally:
+        sweeper.stop()
+    assert len(set(ticks)) == 1
+
+
+def test_a_tick_after_a_planner_crash_between_commit_and_send_loses_nothing(db):
+    """The planner died after committing two assignments and before sending them: the start-up
+    sweep sends them, and the tick creates nothing more."""
+    campaign_id = new_campaign(db, writers=2)
+
+    def crash(_: int) -> None:
+        raise SystemExit("killed")
+
+    try:
+        tick(db, campaign_id, crash, now=T0)
+    except SystemExit:
+        pass
+    created = [a.id for a in assignments(db, campaign_id)]
+    assert len(created) == 2
+
+    queue = WriteQueue(db)
+    sweep(db, queue, lambda c: tick(db, c, queue, now=NOW), PlannerConfig(), now=NOW, starting=True)
+    assert queue.sent == created  # sent again, nothing new
+    assert len(assignments(db, campaign_id)) == 2
