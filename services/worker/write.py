@@ -34,6 +34,7 @@ from pathlib import Path
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from services.worker.llm_writer import agent_attempts
 from services.worker.tuner import propose
 from shared.db import AssignmentRow, AttemptRow, CampaignRow, ProblemRow, utcnow
 from shared.repository import IN_FLIGHT, create_attempt, get_solution, put_solution
@@ -134,6 +135,10 @@ def _run(runtime: Runtime, job: Job, holder: str, send_evaluate: SendEvaluate, l
 
 def _attempts(runtime: Runtime, job: Job, holder: str, send_evaluate: SendEvaluate, lease: Lease) -> int:
     assignment_id = job.assignment_id
+    if runtime.settings.openai_api_key:  # an LLM writes; without a key, the tuner
+        made = agent_attempts(runtime, job, send_evaluate, lambda a: _wait(runtime, a, lease), lambda: lease.held)
+        _finish(runtime, assignment_id, holder, "DONE")
+        return made
     rng = random.Random(assignment_id)
     made, stopped = 0, False
     for _ in range(job.remaining):

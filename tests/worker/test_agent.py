@@ -4,54 +4,19 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from pathlib import Path
 
 import pytest
-from werkzeug.serving import make_server
-from werkzeug.wrappers import Request, Response
 
 from services.evaluator.evaluate import EvalConfig, evaluate
 from services.evaluator.nvcc import build_cubin
 from services.worker.agent import PROTOCOL, Budget, Feedback, parse_fenced, problem_brief, run_session
 from services.worker.feedback import feedback_text
+from fake_openai import ScriptedEndpoint, tool_call
 from services.worker.llm import ChatModel
 from shared.schema import Solution, load_problem
 
 CORRECT = "import torch\n\ndef run(x, w, y):\n    torch.mul(x, w, out=y)\n"
-
-
-class ScriptedEndpoint:
-    """POST /v1/chat/completions answers with the next scripted message; records every request.
-    With `refuse_tools`, a request that offers tools gets a 400, as some servers do."""
-
-    def __init__(self, replies: list[dict], refuse_tools: bool = False) -> None:
-        self.replies, self.refuse_tools, self.requests = list(replies), refuse_tools, []
-        self.server = make_server("127.0.0.1", 0, self._app)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    @Request.application
-    def _app(self, request: Request) -> Response:
-        body = json.loads(request.get_data())
-        self.requests.append(body)
-        if self.refuse_tools and "tools" in body:
-            return Response(json.dumps({"error": {"message": "tools are not supported", "type": "invalid_request"}}),
-                            status=400, content_type="application/json")
-        message = self.replies.pop(0)
-        reply = {"id": f"c{len(self.requests)}", "object": "chat.completion", "created": 0, "model": body["model"],
-                 "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": "stop"}],
-                 "usage": {"prompt_tokens": 100, "completion_tokens": 23, "total_tokens": 123}}
-        return Response(json.dumps(reply), content_type="application/json")
-
-    def close(self) -> None:
-        self.server.shutdown()
-
-
-def tool_call(name: str, arguments: dict, call_id: str = "call_1") -> dict:
-    return {"content": None, "tool_calls": [{"id": call_id, "type": "function",
-                                              "function": {"name": name, "arguments": json.dumps(arguments)}}]}
 
 
 @pytest.fixture

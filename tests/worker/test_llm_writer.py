@@ -1,0 +1,56 @@
+"""An assignment written by the LLM agent: attempts recorded with the model and its tokens."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fake_openai import ScriptedEndpoint, tool_call
+from services.worker.write import run_assignment
+from shared.db import AssignmentRow, AttemptRow, CampaignRow, utcnow
+from shared.repository import get_solution, upsert_problem
+from shared.runtime import Runtime
+from shared.schema import load_problem
+from shared.settings import Settings
+from sqlalchemy import select
+
+PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
+SOURCE = "import torch\n\ndef run(hidden_states, weight, output):\n    output.copy_(hidden_states)\n"
+
+
+def test_agent_writes_when_an_api_key_is_set(tmp_path):
+    endpoint = ScriptedEndpoint([
+        tool_call("evaluate", {"language": "pytorch", "files": [{"path": "main.py", "content": SOURCE}]}),
+        tool_call("submit", {}, "call_2"),
+    ])
+    runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS, attempt_wait_s=5.0, model="test-model",
+                               openai_api_key="sk-test", openai_base_url=endpoint.url))
+    try:
+        with runtime.db.session() as session:
+            problem_id = upsert_problem(session, load_problem(PROBLEMS / "llama31_8b_rmsnorm")).id
+            campaign = CampaignRow(name="c", device="cpu", status="RUNNING")
+            session.add(campaign)
+            session.flush()
+            assignment = AssignmentRow(campaign_id=campaign.id, problem_id=problem_id, budget_attempts=3,
+                                       status="QUEUED", guidance="the last attempt was slow")
+            session.add(assignment)
+            session.flush()
+            assignment_id = assignment.id
+
+        def judge(attempt_id: str, device: str) -> None:  # the evaluator's verdict, at once
+            with runtime.db.session() as session:
+                attempt = session.get(AttemptRow, attempt_id)
+                attempt.status, attempt.message, attempt.finished_at = "INCORRECT_NUMERICAL", "wrong", utcnow()
+
+        made = run_assignment(runtime, assignment_id, judge)
+        with runtime.db.session() as session:
+            rows = session.scalars(select(AttemptRow).where(AttemptRow.assignment_id == assignment_id)).all()
+            status = session.get(AssignmentRow, assignment_id).status
+        assert made == 1 and status == "DONE"
+        assert rows[0].model == "test-model" and rows[0].tokens == 123
+        assert get_solution(runtime.store, rows[0].solution_hash).author == "test-model"
+        brief = endpoint.requests[0]["messages"][1]["content"]
+        assert "the last attempt was slow" in brief  # the planner's guidance reaches the model
+        assert endpoint.requests[1]["messages"][-1]["content"].startswith("status: INCORRECT_NUMERICAL")
+    finally:
+        endpoint.close()
+        runtime.db.dispose()
