@@ -6,9 +6,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup run test redis clean
+.PHONY: setup run test redis chromium postgresql compose clean
 
-setup: $(STAMP) redis
+setup: $(STAMP) redis chromium
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,11 +20,28 @@ $(STAMP): pyproject.toml
 redis:
 	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; }
 
+# Headless Chromium and its driver for the browser tests (tests/web/test_browser.py): Debian's own.
+chromium:
+	@{ command -v chromium && command -v chromedriver; } >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium chromium-driver; }
+
+# PostgreSQL for the suite's second pass (tests/conftest.py starts its own server): Debian's own.
+postgresql:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql; }
+
+# docker-compose 1.29 checks docker-compose.yml (tests/deploy) without a Docker engine; without its
+# recommends it does not pull in the engine (16 small packages instead of about 290 MB).
+compose:
+	@command -v docker-compose >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends docker-compose; }
+
 run: setup
 	$(VENV)/bin/kernelswarm up --device cpu
 
-test: setup
-	$(VENV)/bin/pytest -q
+# The whole suite on SQLite, then on PostgreSQL every test that uses a database (the SQLite pass
+# lists them; the others cannot tell the two apart). tests/conftest.py says how.
+DB_TESTS := .pytest_cache/db-tests.txt
+test: setup postgresql compose
+	$(VENV)/bin/pytest -q --db-tests-out=$(DB_TESTS)
+	KERNELSWARM_TEST_DATABASE=postgresql $(VENV)/bin/pytest -q -x --db-tests-only=$(DB_TESTS)
 
 clean:
 	rm -rf .kernelswarm
