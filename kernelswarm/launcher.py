@@ -15,6 +15,7 @@ from pathlib import Path
 import redis
 from rich.console import Console
 
+from shared.celery_app import evaluate_queue
 from shared.errors import UserError
 from shared.settings import PREFIX, Settings
 
@@ -104,7 +105,7 @@ class Services:
         commands = {
             "planner": ["services.planner.entrypoint", "-Q", "plan", "--pool", "solo"],
             "worker": ["services.worker.entrypoint", "-Q", "write", "--pool", "threads", "-c", writers],
-            "evaluator": ["services.evaluator.entrypoint", "-Q", "evaluate", "--pool", "solo"],
+            "evaluator": ["services.evaluator.entrypoint", "-Q", evaluate_queue(self.settings.device), "--pool", "solo"],
         }
         for name, (module, *options) in commands.items():
             log = open(self.log_dir / f"{name}.log", "ab")

@@ -114,7 +114,8 @@ class PostgresServer:
 
 
 def create_database(server_url: str, name: str) -> None:
-    """CREATE DATABASE unless it exists; safe when several processes race to create it."""
+    """CREATE DATABASE unless it exists, on the server of `server_url` (a database in it is optional);
+    safe when several processes race to create it."""
     import psycopg
     from psycopg import errors, sql
 
@@ -150,7 +151,7 @@ class Redirect:
             return None
         name = "ks_" + hashlib.sha256(str(path).encode()).hexdigest()[:32]
         if name not in self._created:
-            create_database(self.server_url + "/postgres", name)
+            create_database(self.server_url, name)
             self._created.add(name)
         # Opening a SQLite URL creates its file; a stand-in keeps that observable (never opened).
         path.parent.mkdir(parents=True, exist_ok=True)
