@@ -38,6 +38,7 @@ from werkzeug.serving import make_server
 from services.web import create_app
 from services.web.submission import reference_solution
 from shared.db import AttemptRow, CampaignProblemRow, CampaignRow, Database, ProblemRow, SolutionRow, TraceRow
+from shared.hardware import cpu_name
 from shared.leaderboard import best_order
 from shared.schema import load_problem
 from shared.settings import Settings
@@ -253,7 +254,7 @@ def main() -> int:
     pages_ok = all(results[c]["p95_ms"] < args.goal_ms for c in PAGES)
     _print(results, args, churned, pages_ok)
     report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
-              "cpu": _cpu(), "cpus": os.cpu_count(), "python": platform.python_version(),
+              "cpu": cpu_name(), "cpus": os.cpu_count(), "python": platform.python_version(),
               "problems": args.problems, "attempts": args.attempts, "seed_s": seed_s, "goal_ms": args.goal_ms,
               "churn_per_s": args.churn_per_s, "churn_attempts": churned, "load_average": os.getloadavg(),
               "goal_met": pages_ok, "results": results}
@@ -331,14 +332,6 @@ def _print(results: dict, args: argparse.Namespace, churned: int, pages_ok: bool
     print(f"goal p95 < {args.goal_ms:.0f} ms for both pages: {'met' if pages_ok else 'NOT met'}")
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 if __name__ == "__main__":

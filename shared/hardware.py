@@ -227,3 +227,17 @@ def lookup(name: str) -> HardwareSpec:
             return spec
     raise UnknownHardwareError(
         f"no hardware row for {name!r}; known: {', '.join(s.name for s in TABLE)}")
+
+
+def cpu_name() -> str:
+    """The CPU's model name (Linux /proc/cpuinfo), else what `platform` knows."""
+    import platform
+    from pathlib import Path
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -6,7 +6,6 @@ import json
 import logging
 import math
 import os
-import platform
 import secrets
 import shutil
 import tempfile
@@ -23,7 +22,7 @@ from services.evaluator.correctness import Check, compare
 from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.sandbox import run_child, unprivileged_ids
 from services.evaluator.score import hardware_for, score_workload
-from shared.hardware import HardwareSpec
+from shared.hardware import HardwareSpec, cpu_name
 from shared.schema import (
     AttemptInfo, Correctness, Environment, Evaluation, Performance, Problem, Solution, SolScore, Status, Timing,
     Trace,
@@ -288,17 +287,9 @@ def environment(device: str) -> Environment:
     libs = {"torch": torch.__version__}
     if device.startswith("cuda") and torch.cuda.is_available():
         return Environment(hardware=torch.cuda.get_device_name(torch.device(device)), libs=libs)
-    return Environment(hardware=f"CPU {_cpu_name()}", libs=libs)
+    return Environment(hardware=f"CPU {cpu_name()}", libs=libs)
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def _hardware(config: EvalConfig) -> HardwareSpec | None:
