@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from services.evaluator import tensorfile
 from services.evaluator.guards import Guard, snapshot
 from services.evaluator.inputs import InputError, make_inputs, torch_dtype
 from services.evaluator.timing import TimingPlan, sm_clock_mhz, synchronize, time_runs
@@ -75,14 +76,14 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
             return {"status": "INPUT_ERROR", "message": str(error)}
         except Exception:
             return {"status": "INVALID_REFERENCE", "message": "making inputs failed:\n" + _traceback()}
-        torch.save(inputs, inputs_dir / f"w{index}_s{s}.pt")
+        tensorfile.save(inputs, inputs_dir / f"w{index}_s{s}.st")
         try:
             with torch.no_grad():
                 outputs = _as_outputs(definition, reference.run(*inputs.values()))
             synchronize(device)
         except Exception:
             return {"status": "INVALID_REFERENCE", "message": "the reference raised:\n" + _traceback()}
-        torch.save({k: _detach(v) for k, v in outputs.items()}, expected_dir / f"w{index}_s{s}.pt")
+        tensorfile.save(outputs, expected_dir / f"w{index}_s{s}.st")
         if s == job["correctness_rounds"]:
             timing_inputs = inputs
     with torch.no_grad():
@@ -118,12 +119,12 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         rounds, timing_sets = job["correctness_rounds"], job["timing_sets"]
         axes = definition.resolve_axes(workload.axes)
         for s in range(rounds):
-            inputs = torch.load(inputs_dir / f"w{index}_s{s}.pt", weights_only=True)
+            inputs = tensorfile.load(inputs_dir / f"w{index}_s{s}.st", device)
             before = snapshot(inputs)
             outputs = _call(entry, definition, axes, inputs, dps, device)
             _enforce(guard.check() or guard.check_inputs(before, inputs) or guard.check_outputs(outputs))
-            torch.save({k: _detach(v) for k, v in outputs.items()}, outputs_dir / f"w{index}_s{s}.pt")
-        timed = [torch.load(inputs_dir / f"w{index}_s{rounds + t}.pt", weights_only=True) for t in range(timing_sets)]
+            tensorfile.save(outputs, outputs_dir / f"w{index}_s{s}.st")
+        timed = [tensorfile.load(inputs_dir / f"w{index}_s{rounds + t}.st", device) for t in range(timing_sets)]
         staged: deque[tuple[dict[str, Any], dict[str, torch.Tensor]]] = deque(maxlen=len(timed) + 1)
         last: dict[int, dict[str, Any]] = {}
 
@@ -143,7 +144,7 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         _enforce(guard.check())
         for t, outputs in last.items():
             _enforce(guard.check_outputs(outputs))
-            torch.save({k: _detach(v) for k, v in outputs.items()}, outputs_dir / f"w{index}_s{rounds + t}.pt")
+            tensorfile.save(outputs, outputs_dir / f"w{index}_s{rounds + t}.st")
     except HackDetected as hack:
         return {"status": "REWARD_HACK", "message": str(hack)}
     except Exception:
@@ -207,10 +208,6 @@ def _as_outputs(definition: Definition, returned: Any) -> dict[str, Any]:
     if len(returned) != len(names):
         raise ValueError(f"returned {len(returned)} outputs, the definition has {len(names)} ({names})")
     return dict(zip(names, returned))
-
-
-def _detach(value: Any) -> Any:
-    return value.detach().cpu().clone() if isinstance(value, torch.Tensor) else value
 
 
 def _load_entry(job: dict):

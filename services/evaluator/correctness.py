@@ -24,7 +24,8 @@ def compare(name: str, actual: object, expected: object, tolerance: Tolerance) -
         expected = torch.tensor(expected)
         actual = torch.tensor(actual) if not isinstance(actual, torch.Tensor) else actual
     if not isinstance(actual, torch.Tensor):
-        return Check(Status.INCORRECT_SHAPE, f"output `{name}` is a {type(actual).__name__}, not a tensor")
+        kind = getattr(actual, "type_name", type(actual).__name__)
+        return Check(Status.INCORRECT_SHAPE, f"output `{name}` is a {kind}, not a tensor")
     if tuple(actual.shape) != tuple(expected.shape):
         return Check(Status.INCORRECT_SHAPE,
                      f"output `{name}` has shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
@@ -62,7 +63,7 @@ def _compare_values(name: str, actual: torch.Tensor, expected: torch.Tensor, tol
 
 
 def _as_float(tensor: torch.Tensor) -> torch.Tensor:
-    tensor = tensor.detach().cpu()
+    tensor = tensor.detach()
     if tensor.dtype == getattr(torch, "float4_e2m1fn_x2", None):
         tensor = tensor.view(torch.uint8)
     return tensor.to(torch.float64)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from services.evaluator import tensorfile
 from services.evaluator.build import Build, build_solution
 from services.evaluator.correctness import Check, compare
 from services.evaluator.nvcc import BuildCache, arch_for
@@ -104,6 +105,8 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workl
             compiled: dict[str, float] = {}
         else:
             outcomes, compiled = _run(problem, solution, workloads, build, config, dirs, say)
+            if _check_device(config).type == "cuda":
+                torch.cuda.empty_cache()  # the expected outputs held for checking: give the GPU back
     traces = [_trace(problem, solution, w, o, config, attempt) for w, o in zip(workloads, outcomes)]
     return _summarize(traces, compiled)
 
@@ -141,7 +144,8 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         return outcomes, compiled
     # The candidate runs as the same user: the expected outputs (and the seed in the reference's
     # job) must be gone from disk before it starts.
-    expected = {p.stem: torch.load(p, weights_only=True) for p in dirs["expected"].glob("*.pt")}
+    device = _check_device(config)
+    expected = {p.stem: tensorfile.load(p, device) for p in dirs["expected"].glob("*.st")}
     shutil.rmtree(dirs["expected"])
     shutil.rmtree(dirs["ref"])
     say(f"candidate on {len(runnable)} workloads")
@@ -158,7 +162,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         if result["status"] != "OK":
             outcomes[index] = _Outcome(Status(result["status"]), result["message"])
             continue
-        check = _check_sets(problem, workloads[index], index, config, dirs, expected)
+        check = _check_sets(problem, workloads[index], index, config, dirs, expected, device)
         latency, eager = result["latency"]["median_ms"], ref_results[index]["latency"]["median_ms"]
         verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, latency, eager,
                                  known_compile.get(workloads[index].uuid)) if check.status is Status.PASSED else None
@@ -226,17 +230,20 @@ def _hand_over(home: Path, inputs: Path, outputs: Path) -> None:
 
 
 def _check_sets(problem: Problem, workload: Workload, index: int, config: EvalConfig,
-                dirs: dict[str, Path], expected_sets: dict[str, dict[str, Any]]) -> Check:
+                dirs: dict[str, Path], expected_sets: dict[str, dict[str, Any]], device: torch.device) -> Check:
     """Every correctness round and every timing set's last outputs, every output tensor."""
     tolerance = workload.effective_tolerance
     worst_abs = worst_rel = 0.0
     ratio = 1.0
     for s in range(config.correctness_rounds + config.timing_sets):
         expected = expected_sets[f"w{index}_s{s}"]
-        path = dirs["outputs"] / f"w{index}_s{s}.pt"
+        path = dirs["outputs"] / f"w{index}_s{s}.st"
         if not path.exists():
             return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for input set {s}")
-        actual = torch.load(path, weights_only=True)
+        try:
+            actual = tensorfile.load(path, device)
+        except Exception as error:  # the file is the candidate's: unreadable means it was tampered with
+            return Check(Status.RUNTIME_ERROR, f"the outputs of input set {s} are unreadable: {error}")
         for name in problem.definition.outputs:
             check = compare(name, actual.get(name), expected[name], tolerance)
             if check.status is not Status.PASSED:
@@ -302,6 +309,13 @@ def _arch(config: EvalConfig) -> str | None:
     if config.arch or not config.device.startswith("cuda") or not torch.cuda.is_available():
         return config.arch
     return arch_for(torch.cuda.get_device_capability(torch.device(config.device)))
+
+
+def _check_device(config: EvalConfig) -> torch.device:
+    """Where the parent holds expected outputs and compares: the evaluator's GPU when it has one."""
+    if config.device.startswith("cuda") and torch.cuda.is_available():
+        return torch.device(config.device)
+    return torch.device("cpu")
 
 
 def _scratch(config: EvalConfig) -> str | None:

@@ -20,7 +20,7 @@ import torch
 
 
 def _watched() -> list[tuple[Any, str]]:
-    from services.evaluator import child, timing
+    from services.evaluator import child, tensorfile, timing
 
     watched: list[tuple[Any, str]] = [
         (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
@@ -28,8 +28,9 @@ def _watched() -> list[tuple[Any, str]]:
         (torch.cuda, "synchronize"), (torch.cuda, "Event"), (torch.cuda, "current_stream"),
         (torch.cuda.Event, "record"), (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"),
     ]
+    watched += [(tensorfile, "save"), (tensorfile, "load")]
     watched += [(timing, name) for name in ("time_runs", "_time_one", "synchronize", "_l2_flusher")]
-    watched += [(child, name) for name in ("_invoke", "_call", "_write_json", "_empty_outputs", "_detach",
+    watched += [(child, name) for name in ("_invoke", "_call", "_write_json", "_empty_outputs",
                                            "run_candidate", "_as_outputs")]
     from services.evaluator import guards
 
