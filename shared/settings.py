@@ -38,6 +38,7 @@ class Settings(BaseModel):
     timing_runs: int = 20
     timing_budget_s: float = 1.0
     attempt_timeout_s: float = 300.0
+    workload_timeout_s: float = 120.0  # the candidate is killed when one workload makes no progress this long
     scratch_dir: Path | None = None
     # Writers and planner.
     writers: int = 3

@@ -30,13 +30,23 @@ import torch
 from services.evaluator import tensorfile
 from services.evaluator.guards import Guard, snapshot
 from services.evaluator.inputs import InputError, make_inputs, torch_dtype
+from services.evaluator.spares import READY_FILE
 from services.evaluator.timing import TimingPlan, sm_clock_mhz, synchronize, time_runs
 from shared.schema import Definition, Workload
 
 MAX_TRACEBACK_CHARS = 4000
 
 
-def main(job_path: str) -> int:
+def main(argv: list[str]) -> int:
+    """`child.py JOB.json` runs a job now; `child.py --wait DEVICE` (a spare started ahead of its
+    attempt) first imports and initialises the device, then reads the job's path from stdin."""
+    if argv[:1] == ["--wait"]:
+        _warm_up(argv[1])
+        job_path = sys.stdin.readline().strip()
+        if not job_path:
+            return 0  # the evaluator let this spare go unused
+    else:
+        job_path = argv[0]
     job = json.loads(Path(job_path).read_text())
     definition = Definition.model_validate(job["definition"])
     workloads = [Workload.model_validate(w) for w in job["workloads"]]
@@ -52,6 +62,15 @@ def main(job_path: str) -> int:
         results.append({"uuid": workload.uuid, **run(job, definition, workload, index, device, state)})
         _write_json(result_path, {"workloads": results})
     return 0
+
+
+def _warm_up(device_name: str) -> None:
+    """What every job needs before it starts: torch imported, the device's context created."""
+    device = torch.device(device_name)
+    if device.type == "cuda":
+        torch.cuda.set_device(torch.device("cuda", device.index or 0))
+        torch.empty(1, device=device)
+    Path(READY_FILE).touch()  # in its home: the evaluator waits for this before any timing starts
 
 
 def run_reference(job: dict, definition: Definition, workload: Workload, index: int,
@@ -259,4 +278,4 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1:]))

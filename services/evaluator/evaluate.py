@@ -21,7 +21,8 @@ from services.evaluator import tensorfile
 from services.evaluator.build import Build, build_solution
 from services.evaluator.correctness import Check, compare
 from services.evaluator.nvcc import BuildCache, arch_for
-from services.evaluator.sandbox import run_child, unprivileged_ids
+from services.evaluator.sandbox import StartedChild, finish_child, start_child, unprivileged_ids
+from services.evaluator.spares import HOMES, SPARE_READY_S, Spare, Spares, discard
 from services.evaluator.score import hardware_for, score_workload
 from shared.hardware import HardwareSpec, cpu_name
 from shared.schema import (
@@ -52,13 +53,16 @@ class EvalConfig:
     measure_compile: bool = False  # time torch.compile on the reference too (T_b), when not cached
     compile_baselines: dict[str, float | None] | None = None  # cached torch.compile times (None: fails)
     reference_timeout_s: float = 900.0  # the trusted reference child's limit (torch.compile included)
+    workload_timeout_s: float | None = 120.0  # the candidate killed when one workload takes longer
+    spares: Spares | None = None  # children started ahead (the evaluator service); None: start on demand
 
     @classmethod
     def from_settings(cls, settings: Settings, device: str | None = None,
                       build_cache: BuildCache | None = None) -> EvalConfig:
         return cls(device or settings.device, max(1, settings.correctness_rounds), max(1, settings.timing_sets),
                    settings.warmup_runs, max(3, settings.timing_runs), settings.timing_budget_s,
-                   settings.attempt_timeout_s, settings.scratch_dir, build_cache)
+                   settings.attempt_timeout_s, settings.scratch_dir, build_cache,
+                   workload_timeout_s=settings.workload_timeout_s)
 
 
 @dataclass(frozen=True)
@@ -92,27 +96,67 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workl
     """Evaluate `solution` on the problem's workloads (the first `max_workloads` if given)."""
     say = progress or (lambda _message: None)
     workloads = list(problem.workloads[:max_workloads] if max_workloads else problem.workloads)
-    with tempfile.TemporaryDirectory(prefix="ks-attempt-", dir=_scratch(config)) as tmp:
-        root = Path(tmp)
-        dirs = {n: root / n for n in ("ref", "expected", "inputs", "cand", "outputs")}
-        for path in dirs.values():
-            path.mkdir(mode=0o700)
+    children = _Children(config)
+    try:
+        dirs = children.dirs
         say("building")
-        build = build_solution(solution, config.device, dirs["cand"] / "solution", _arch(config),
-                               config.build_cache)
+        build = build_solution(solution, config.device, dirs["solution"], _arch(config), config.build_cache)
         if build.status is not None:
             outcomes = [_Outcome(build.status, build.log)] * len(workloads)
             compiled: dict[str, float] = {}
         else:
-            outcomes, compiled = _run(problem, solution, workloads, build, config, dirs, say)
+            outcomes, compiled = _run(problem, solution, workloads, build, config, children, say)
             if _check_device(config).type == "cuda":
                 torch.cuda.empty_cache()  # the expected outputs held for checking: give the GPU back
+    finally:
+        children.close()
     traces = [_trace(problem, solution, w, o, config, attempt) for w, o in zip(workloads, outcomes)]
     return _summarize(traces, compiled)
 
 
+class _Children:
+    """The attempt's folders and its two children: spares started ahead when the config has a
+    pool (the candidate's spare folder becomes the attempt folder), else started when needed."""
+
+    def __init__(self, config: EvalConfig) -> None:
+        self.config = config
+        self.spares: dict[str, Spare] = {}
+        if config.spares is not None:
+            self.spares = {role: config.spares.take(role, home) for role, home in HOMES.items()}
+            root = self.spares["candidate"].root
+        else:
+            root = Path(tempfile.mkdtemp(prefix="ks-attempt-", dir=scratch_root(config)))
+        self.root = root
+        self.dirs = {n: root / n for n in ("ref", "expected", "inputs", "cand", "outputs", "solution")}
+        if "reference" in self.spares:
+            self.dirs["ref"] = self.spares["reference"].root / HOMES["reference"]
+        for path in self.dirs.values():
+            path.mkdir(mode=0o700, exist_ok=True)
+        self.dirs["solution"].chmod(0o755)
+
+    def started(self, role: str) -> StartedChild:
+        spare = self.spares.get(role)
+        if spare is None:
+            home = self.dirs["ref" if role == "reference" else "cand"]
+            return start_child([*CHILD, "--wait", self.config.device], home, home / "child.log",
+                               isolate=role == "candidate")
+        return spare.child
+
+    def wait_ready(self) -> None:
+        for spare in self.spares.values():
+            spare.wait_ready(SPARE_READY_S)
+
+    def close(self) -> None:
+        for spare in self.spares.values():
+            discard(spare)
+        shutil.rmtree(self.root, ignore_errors=True)
+        if self.config.spares is not None:
+            self.config.spares.refill(HOMES)
+
+
 def _run(problem: Problem, solution: Solution, workloads: list[Workload], build: Build,
-         config: EvalConfig, dirs: dict[str, Path], say: Callable[[str], None]) -> list[_Outcome]:
+         config: EvalConfig, children: _Children, say: Callable[[str], None]) -> list[_Outcome]:
+    dirs = children.dirs
     common = {
         "definition": problem.definition.model_dump(mode="json"),
         "device": config.device,
@@ -124,7 +168,9 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         "inputs_dir": str(dirs["inputs"]),
     }
     say(f"reference on {len(workloads)} workloads")
-    reference = _child(dirs["ref"], config, dict(
+    # Spares wait until both have warmed up, so that neither's start overlaps the other's timing.
+    children.wait_ready()
+    reference = _child(dirs["ref"], config, children.started("reference"), dict(
         common, role="reference", seed=secrets.randbits(48), expected_dir=str(dirs["expected"]),
         measure_compile=config.measure_compile,
         problem_root=str(problem.root) if problem.root else None,
@@ -149,8 +195,8 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     shutil.rmtree(dirs["expected"])
     shutil.rmtree(dirs["ref"])
     say(f"candidate on {len(runnable)} workloads")
-    candidate = _child(dirs["cand"], config, dict(
-        common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["cand"] / "solution"),
+    candidate = _child(dirs["cand"], config, children.started("candidate"), dict(
+        common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
         entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
         cubin_path=str(build.cubin_path) if build.cubin_path else None,
         destination_passing_style=solution.spec.destination_passing_style,
@@ -181,6 +227,7 @@ class _ChildResults:
     exit_code: int | None
     log: str
     timeout_s: float
+    stalled: bool = False
 
     def results(self, uuids: list[str], who: str) -> list[dict[str, Any]]:
         """One result per workload sent, matched by UUID; those the child never reached get TIMEOUT
@@ -190,28 +237,40 @@ class _ChildResults:
             forged = {"status": "REWARD_HACK", "message": f"{who} reported results that do not match the "
                                                           f"workloads sent (a forged result channel)"}
             return [forged] * len(uuids)
-        if self.timed_out:
+        if self.timed_out and self.stalled:
+            missing = {"status": "TIMEOUT", "message": f"{who} spent more than {self.timeout_s:.0f} s on one "
+                                                      f"workload and was killed"}
+        elif self.timed_out:
             missing = {"status": "TIMEOUT", "message": f"{who} ran past {self.timeout_s:.0f} s and was killed"}
         else:
             missing = {"status": "RUNTIME_ERROR",
                        "message": f"{who} exited with code {self.exit_code} before finishing:\n{self.log}"}
-        return done + [missing] * (len(uuids) - len(done))
+        if len(done) == len(uuids):
+            return done
+        later = {"status": missing["status"], "message": f"not reached: {missing['message']}"}
+        return done + [missing] + [later] * (len(uuids) - len(done) - 1)
 
 
-def _child(home: Path, config: EvalConfig, job: dict[str, Any]) -> _ChildResults:
-    job["result_path"] = str(home / "result.json")
+def _child(home: Path, config: EvalConfig, started: StartedChild, job: dict[str, Any]) -> _ChildResults:
+    result_path = home / "result.json"
+    job["result_path"] = str(result_path)
     job_path = home / "job.json"
     job_path.write_text(json.dumps(job))
     untrusted = job["role"] == "candidate"
     if untrusted:
         _hand_over(home, Path(job["inputs_dir"]), Path(job["outputs_dir"]))
     timeout_s = config.attempt_timeout_s if untrusted else max(config.attempt_timeout_s, config.reference_timeout_s)
-    run = run_child([*CHILD, str(job_path)], home, timeout_s, home / "child.log", isolate=untrusted)
-    result_path = home / "result.json"
-    workloads = json.loads(result_path.read_text())["workloads"] if result_path.exists() else []
+    stall_s = config.workload_timeout_s if untrusted else None
+    run = finish_child(started, str(job_path), timeout_s, result_path, stall_s)
+    try:
+        workloads = json.loads(result_path.read_text())["workloads"] if result_path.exists() else []
+    except (ValueError, KeyError, TypeError):
+        workloads = [{"uuid": None}]  # a result file that is not ours: counted as forged below
     if run.exit_code not in (0, None) or run.timed_out:
-        log.info("child %s exited %s timed_out=%s", job["role"], run.exit_code, run.timed_out)
-    return _ChildResults(workloads, run.timed_out, run.exit_code, run.log, timeout_s)
+        log.info("child %s exited %s timed_out=%s stalled=%s", job["role"], run.exit_code, run.timed_out,
+                 run.stalled)
+    return _ChildResults(workloads, run.timed_out, run.exit_code, run.log, stall_s if run.stalled else timeout_s,
+                         run.stalled)
 
 
 def _hand_over(home: Path, inputs: Path, outputs: Path) -> None:
@@ -318,7 +377,7 @@ def _check_device(config: EvalConfig) -> torch.device:
     return torch.device("cpu")
 
 
-def _scratch(config: EvalConfig) -> str | None:
+def scratch_root(config: EvalConfig) -> str | None:
     """Input and output sets go through files: prefer memory-backed /dev/shm when it has room."""
     if config.scratch_dir is not None:
         config.scratch_dir.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,8 @@ from shared.repository import IN_FLIGHT, get_solution, problem_from_row
 from shared.runtime import Runtime
 from shared.schema import AttemptInfo
 
-from services.evaluator.evaluate import EvalConfig, environment, evaluate
+from services.evaluator.evaluate import EvalConfig, environment, evaluate, scratch_root
+from services.evaluator.spares import spares_for
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,8 @@ def evaluate_attempt(runtime: Runtime, attempt_id: str, device: str) -> str:
     log.info("evaluating attempt=%s problem=%s solution=%s", attempt_id, problem.name, solution_hash[:12])
     hardware = environment(device).hardware
     cached = _compile_baselines(db, problem_id, hardware)
-    config = dataclasses.replace(EvalConfig.from_settings(runtime.settings, device, store),
-                                 compile_baselines=cached,
+    config = EvalConfig.from_settings(runtime.settings, device, store)
+    config = dataclasses.replace(config, spares=spares_for(device, scratch_root(config)), compile_baselines=cached,
                                  measure_compile=device.startswith("cuda") and len(cached) < len(problem.workloads))
     result = evaluate(problem, solution, config, attempt=info)
     traces_hash = store.put(result.traces_jsonl())

@@ -43,6 +43,7 @@ class ChildRun:
     timed_out: bool
     elapsed_s: float
     log: str
+    stalled: bool = False  # killed for making no progress (a per-step timeout), not for the total
 
 
 def scrubbed_env(home: Path) -> dict[str, str]:
@@ -88,25 +89,83 @@ def _world_usable(path: Path) -> bool:
     return bool(path.stat().st_mode & 0o004)
 
 
-def run_child(args: list[str], workdir: Path, timeout_s: float, log_path: Path, isolate: bool = False) -> ChildRun:
-    """`python -m <args>` in `workdir`; stdout and stderr go to `log_path`. With `isolate`, the
-    child is confined (see the module docstring); the folders it must write are the caller's to
-    hand over (`unprivileged_ids`)."""
-    started = time.monotonic()
+@dataclass
+class StartedChild:
+    """A child started ahead of its job: it imports what it needs, then waits for one line on
+    stdin, the path of its job (`child.py`), and only then does anything the job asks."""
+    process: subprocess.Popen
+    workdir: Path
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        _kill_group(self.process)
+        if self.process.stdin is not None and not self.process.stdin.closed:
+            try:
+                self.process.stdin.close()
+            except OSError:
+                pass  # the pipe's reader is gone
+
+
+def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = False) -> StartedChild:
+    """`python -m <args>` in `workdir`, stdout and stderr to `log_path`, stdin a pipe for its job.
+    With `isolate`, the child is confined (see the module docstring); the folders it must write
+    are the caller's to hand over (`unprivileged_ids`)."""
     with open(log_path, "wb") as log:
         global _IDS
         _IDS = unprivileged_ids() if isolate else None
         process = subprocess.Popen([sys.executable, *args], cwd=workdir, env=scrubbed_env(workdir),
-                                   stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True, preexec_fn=_confine if isolate else None)
-        timed_out = False
-        try:
-            process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            _kill_group(process)
-    return ChildRun(process.returncode, timed_out, time.monotonic() - started, _tail(log_path))
+    return StartedChild(process, workdir, log_path)
+
+
+def finish_child(child: StartedChild, job: str, timeout_s: float, progress: Path | None = None,
+                 stall_s: float | None = None) -> ChildRun:
+    """Hand `child` its job line and wait for it: killed, with its process group, after `timeout_s`,
+    or after `stall_s` without `progress` (a file the child rewrites after each step) changing."""
+    started = time.monotonic()
+    try:
+        child.process.stdin.write(job.encode() + b"\n")
+        child.process.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass  # it died while waiting: its exit code and log say why
+    timed_out = stalled = False
+    deadline, last_change, last_seen = started + timeout_s, started, _mtime(progress)
+    try:
+        while True:
+            now = time.monotonic()
+            if stall_s is not None:
+                seen = _mtime(progress)
+                if seen != last_seen:
+                    last_change, last_seen = now, seen
+                stalled = now - last_change > stall_s
+            if stalled or now >= deadline:
+                timed_out = True
+                break
+            try:
+                child.process.wait(timeout=min(deadline - now, 0.25) if stall_s is not None else deadline - now)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    finally:
+        _kill_group(child.process)
+    return ChildRun(child.process.returncode, timed_out, time.monotonic() - started, _tail(child.log_path), stalled)
+
+
+def run_child(args: list[str], workdir: Path, timeout_s: float, log_path: Path, isolate: bool = False,
+              progress: Path | None = None, stall_s: float | None = None) -> ChildRun:
+    """Start a child and run `args` at once (the job is in its arguments)."""
+    return finish_child(start_child(args, workdir, log_path, isolate), "", timeout_s, progress, stall_s)
+
+
+def _mtime(path: Path | None) -> int | None:
+    try:
+        return path.stat().st_mtime_ns if path is not None else None
+    except OSError:
+        return None
 
 
 def _kill_group(process: subprocess.Popen) -> None:

@@ -23,6 +23,13 @@ class Problem:
     def name(self) -> str:
         return self.definition.name
 
+    def seed(self, language: str = "pytorch") -> Solution:
+        """The first seed solution in `language` (a problem may ship one per language)."""
+        for solution in self.seeds:
+            if language in {item.value for item in solution.spec.languages}:
+                return solution
+        raise LookupError(f"problem {self.name} has no {language} seed")
+
 
 def load_problem(root: Path, with_seeds: bool = True) -> Problem:
     """Load and cross-check a problem folder. Runs nothing; any mistake is a FormatError."""

@@ -315,7 +315,7 @@ class Attempts:
     def _run(self, case: Case) -> Ran:
         problem = self.problems[case.problem]
         if case.code is None:
-            solution = problem.seeds[0]
+            solution = problem.seed("pytorch")
         else:
             code = case.code.replace("@TMP@", str(self.drop)).replace("@PORT@", str(self.port))
             solution = make_solution(code, problem.name, name=case.id, **case.solution)

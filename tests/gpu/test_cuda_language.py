@@ -101,10 +101,3 @@ def test_bad_kernel_gets_its_status_and_the_next_attempt_passes(problem, config,
     assert bad.status is expected, f"{case}: got {bad.status.value}: {bad.message[:2000]}"
     good = evaluate(problem, cuda_solution(GOOD), config)
     assert good.status is Status.PASSED, good.message
-
-
-@pytest.mark.parametrize("name", ["llama31_8b_rmsnorm", "llama31_8b_swiglu", "llama31_8b_gemm_o_proj"])
-def test_pytorch_seed_passes_on_the_gpu(config, name):
-    problem = load_problem(REPO / "problems" / name)
-    result = evaluate(problem, problem.seeds[0], config)
-    assert result.status is Status.PASSED, result.message

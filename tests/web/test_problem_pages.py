@@ -23,10 +23,10 @@ def rmsnorm(seed, store, db):
     problem = load_problem(PROBLEMS / RMSNORM)
     problem_id = seed.real_problem(RMSNORM)
     with db.session() as session:
-        parent = put_solution(session, store, problem_id, problem.seeds[0].model_copy(update={"name": "parent"}))
-        best_hash = put_solution(session, store, problem_id, problem.seeds[0], parent_hash=parent)
+        parent = put_solution(session, store, problem_id, problem.seed("pytorch").model_copy(update={"name": "parent"}))
+        best_hash = put_solution(session, store, problem_id, problem.seed("pytorch"), parent_hash=parent)
     traces = [Trace.model_validate({
-        "definition": RMSNORM, "workload": w.model_dump(exclude_unset=True), "solution": problem.seeds[0].name,
+        "definition": RMSNORM, "workload": w.model_dump(exclude_unset=True), "solution": problem.seed("pytorch").name,
         "evaluation": {"status": "PASSED", "environment": {"hardware": "CPU"}, "timestamp": "2026-01-01T12:03:00Z",
                        "correctness": {}, "performance": {"latency_ms": 0.5, "reference_latency_ms": 1.0,
                                                           "speedup_factor": 2.0}}}) for w in problem.workloads]

@@ -76,7 +76,7 @@ def seed_demo(db: Database, store: ObjectStore, attempts_per_problem: int = 36) 
 
 def _solution(problem: Problem, n: int, parent: str | None) -> Solution:
     if problem.seeds:
-        seed = problem.seeds[0]
+        seed = problem.seed("pytorch")
         return seed.model_copy(update={"name": f"{seed.name}_v{n}", "description": f"variant {n} of {seed.name}"})
     base = reference_solution(problem)
     return base.model_copy(update={"name": f"{problem.name}_v{n}", "description": f"variant {n}"})

@@ -1,0 +1,100 @@
+"""Children started ahead of their attempts, so that an attempt does not wait for Python to import
+torch and for the GPU's context to be created (seconds, twice per attempt).
+
+A spare is an ordinary child (`child.py --wait DEVICE`) with the same sandbox as one started on
+demand; it only waits for its job. Each attempt takes one spare per role and uses it once; new
+spares are started after the attempt, so that their start never overlaps the attempt's timing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from services.evaluator.sandbox import StartedChild, start_child, unprivileged_ids
+
+HOMES = {"reference": "ref", "candidate": "cand"}  # role -> the child's home inside its folder
+SPARE_READY_S = 120.0
+READY_FILE = ".ready"  # written by the child in its home once warm (child.py)
+
+
+@dataclass
+class Spare:
+    """A started child and the attempt folder it lives in: its home is `root/<home>`."""
+    child: StartedChild
+    root: Path
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Until the child has warmed up, died, or `timeout_s` passed (then the job waits in its pipe)."""
+        deadline = time.monotonic() + timeout_s
+        while (self.child.alive() and not (self.child.workdir / READY_FILE).exists()
+               and time.monotonic() < deadline):
+            time.sleep(0.01)
+
+
+class Spares:
+    def __init__(self, device: str, scratch: str | None) -> None:
+        self.device, self.scratch = device, scratch
+        self._ready: dict[str, Spare] = {}
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    def take(self, role: str, home: str) -> Spare:
+        """A spare for `role` with its home at `root/home`: the waiting one if it is still alive,
+        else one started now."""
+        with self._lock:
+            spare = self._ready.pop(role, None)
+        if spare is not None and spare.child.alive() and (spare.root / home).is_dir():
+            return spare
+        if spare is not None:
+            discard(spare)
+        return self._start(role, home)
+
+    def refill(self, homes: dict[str, str]) -> None:
+        """Start a spare for every role that has none waiting (`homes`: role -> home folder name)."""
+        for role, home in homes.items():
+            with self._lock:
+                if role in self._ready:
+                    continue
+            spare = self._start(role, home)
+            with self._lock:
+                self._ready[role] = spare
+
+    def close(self) -> None:
+        with self._lock:
+            spares, self._ready = list(self._ready.values()), {}
+        for spare in spares:
+            discard(spare)
+
+    def _start(self, role: str, home: str) -> Spare:
+        root = Path(tempfile.mkdtemp(prefix=f"ks-{role[:3]}-", dir=self.scratch))
+        (root / home).mkdir(mode=0o700)
+        ids = unprivileged_ids() if role == "candidate" else None
+        if ids is not None:  # it starts as `nobody` in a home of its own (see evaluate._hand_over)
+            root.chmod(0o711)
+            os.chown(root / home, *ids)
+        child = start_child(["-m", "services.evaluator.child", "--wait", self.device], root / home,
+                            root / home / "child.log", isolate=role == "candidate")
+        return Spare(child, root)
+
+
+def discard(spare: Spare) -> None:
+    spare.child.kill()
+    shutil.rmtree(spare.root, ignore_errors=True)
+
+
+_POOLS: dict[tuple[str, str | None], Spares] = {}
+
+
+def spares_for(device: str, scratch: str | None) -> Spares:
+    """The process's pool for one device (the evaluator service keeps spares between attempts)."""
+    key = (device, scratch)
+    if key not in _POOLS:
+        _POOLS[key] = Spares(device, scratch)
+    return _POOLS[key]

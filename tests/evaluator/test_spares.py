@@ -1,0 +1,91 @@
+"""Children started ahead of their attempts, and the per-workload timeout."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+from services.evaluator.evaluate import evaluate
+from services.evaluator.spares import Spares
+from shared.schema import Status
+from tests.evaluator.evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
+
+GOOD = """
+import torch
+
+def run(x, w, b, y):
+    torch.addcmul(b, x, w, out=y)
+"""
+
+# Hangs on the second workload only (n = 7 rows).
+HANGS_ON_SECOND = """
+import time
+import torch
+
+def run(x, w, b, y):
+    if x.shape[0] == 7:
+        time.sleep(3600)
+    torch.addcmul(b, x, w, out=y)
+"""
+
+
+@pytest.fixture
+def problem(tmp_path):
+    return make_problem(tmp_path, affine_definition(), affine_workloads())
+
+
+@pytest.fixture
+def spares(tmp_path):
+    pool = Spares("cpu", str(tmp_path))
+    yield pool
+    pool.close()
+
+
+def _waiting(pool: Spares) -> dict[str, int]:
+    return {role: spare.child.process.pid for role, spare in pool._ready.items() if spare.child.alive()}
+
+
+def test_attempts_use_spares_once_and_leave_new_ones_waiting(problem, spares):
+    config = dataclasses.replace(FAST, spares=spares)
+    spares.refill({"reference": "ref", "candidate": "cand"})
+    first = _waiting(spares)
+    assert set(first) == {"reference", "candidate"}
+    result = evaluate(problem, make_solution(GOOD), config)
+    assert result.status is Status.PASSED, result.message
+    second = _waiting(spares)
+    assert set(second) == {"reference", "candidate"}
+    assert not set(first.values()) & set(second.values()), "a spare was used twice"
+    for pid in first.values():  # the used children are gone, their folders too
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert evaluate(problem, make_solution(GOOD), config).status is Status.PASSED
+
+
+def test_a_spare_that_died_while_waiting_is_replaced(problem, spares):
+    config = dataclasses.replace(FAST, spares=spares)
+    spares.refill({"reference": "ref", "candidate": "cand"})
+    for spare in spares._ready.values():
+        spare.child.kill()
+    result = evaluate(problem, make_solution(GOOD), config)
+    assert result.status is Status.PASSED, result.message
+
+
+def test_close_stops_the_waiting_spares(spares):
+    spares.refill({"reference": "ref", "candidate": "cand"})
+    pids = list(_waiting(spares).values())
+    roots = [s.root for s in spares._ready.values()]
+    spares.close()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert not any(root.exists() for root in roots)
+
+
+def test_a_workload_that_hangs_is_cut_off_by_the_workload_timeout(problem):
+    config = dataclasses.replace(FAST, attempt_timeout_s=600.0, workload_timeout_s=4.0)
+    result = evaluate(problem, make_solution(HANGS_ON_SECOND), config)
+    statuses = [t.evaluation.status for t in result.traces]
+    assert statuses == [Status.PASSED, Status.TIMEOUT], result.message
+    assert "more than 4 s on one workload" in result.traces[1].evaluation.log
