@@ -29,7 +29,10 @@ def _watched() -> list[tuple[Any, str]]:
         (torch.cuda.Event, "record"), (torch.cuda.Event, "elapsed_time"), (torch.cuda.Event, "synchronize"),
     ]
     watched += [(tensorfile, "save"), (tensorfile, "load")]
-    watched += [(timing, name) for name in ("time_runs", "_time_one", "synchronize", "_l2_flusher")]
+    watched += [(timing, name) for name in ("time_runs", "_time_on_host", "synchronize", "cupti_recorder")]
+    watched += [(timing._GpuClock, name) for name in ("__init__", "time", "latency")]
+    watched += [(timing.CuptiRecorder, name) for name in ("__enter__", "__exit__", "span_ms", "_buffer_completed")]
+    watched += [(torch.cuda, "_sleep"), (torch.Tensor, "fill_")]
     watched += [(child, name) for name in ("_invoke", "_call", "_write_json", "_empty_outputs",
                                            "run_candidate", "_as_outputs")]
     from services.evaluator import guards

@@ -1,9 +1,13 @@
 """Timing: warm-up, then many timed runs; the median is the latency.
 
-On a CUDA device the L2 cache is flushed (a buffer of twice its size is overwritten) before every
-run, which is then bracketed by events on the current stream after a device-wide synchronize and
-followed by another; at least 50 runs are timed there. On the CPU, `perf_counter`. A time budget
-caps slow workloads (never fewer than 3 runs).
+On a CUDA device, before every run: a device-wide synchronize, the L2 cache flushed (a buffer of
+twice its size overwritten), then a short spin kernel sized from the run's own host launch time, so
+that the run is fully queued before the GPU reaches the start event (the host's launch cost stays
+out of the timed region, as when a GPU is kept busy). The run is bracketed by events on the current
+stream and, where CUPTI is present (`cupti-python`), its kernels, copies and memsets are recorded
+on every stream: the latency of a run is the larger of the event span and the CUPTI span (first
+start to last end), so work moved to another stream still counts. At least 50 runs are timed
+there. On the CPU, `perf_counter`. A time budget caps slow workloads (never fewer than 3 runs).
 An optional `prepare(i)` runs before every iteration, outside the timed region (fresh inputs
 and outputs for the candidate).
 """
@@ -14,6 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -34,9 +39,12 @@ class Latency:
     min_ms: float
     max_ms: float
     runs: int
+    clock: str = "perf_counter"  # "cupti" (device-wide), "events" (current stream) or "perf_counter"
+    event_median_ms: float | None = None  # the events' own median, for comparison with CUPTI's
 
-    def as_dict(self) -> dict[str, float]:
-        return {"median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "runs": self.runs}
+    def as_dict(self) -> dict[str, Any]:
+        return {"median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "runs": self.runs,
+                "clock": self.clock, "event_median_ms": self.event_median_ms}
 
 
 def sm_clock_mhz(device: torch.device) -> int | None:
@@ -58,44 +66,131 @@ def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPl
               prepare: Callable[[int], object] | None = None) -> Latency:
     """Time `run(i)` (i = iteration number, so callers can rotate input sets); `prepare(i)`, if
     given, runs untimed just before `run(i)`."""
+    launch_s = 0.0
     for i in range(plan.warmup_runs):
         if prepare is not None:
             prepare(i)
+        synchronize(device)
+        began = time.perf_counter()
         run(i)
-    synchronize(device)
-    flush = _l2_flusher(device)
-    runs = max(plan.timing_runs, MIN_GPU_RUNS) if device.type == "cuda" else plan.timing_runs
-    samples: list[float] = []
+        launch_s = max(launch_s, time.perf_counter() - began)
+        synchronize(device)
+    if device.type != "cuda":
+        return _time_on_host(run, plan, prepare)
+    gpu = _GpuClock(device, launch_s)
+    runs = max(plan.timing_runs, MIN_GPU_RUNS)
     started = time.perf_counter()
     for i in range(runs):
         if prepare is not None:
             prepare(i)
-        samples.append(_time_one(run, i, device, flush))
+        gpu.time(run, i)
+        if len(gpu.samples) >= MIN_RUNS and time.perf_counter() - started > plan.budget_s:
+            break
+    return gpu.latency()
+
+
+def _time_on_host(run: Callable[[int], object], plan: TimingPlan,
+                  prepare: Callable[[int], object] | None) -> Latency:
+    samples: list[float] = []
+    started = time.perf_counter()
+    for i in range(plan.timing_runs):
+        if prepare is not None:
+            prepare(i)
+        begin = time.perf_counter()
+        run(i)
+        samples.append((time.perf_counter() - begin) * 1e3)
         if len(samples) >= MIN_RUNS and time.perf_counter() - started > plan.budget_s:
             break
     return Latency(statistics.median(samples), min(samples), max(samples), len(samples))
 
 
-def _l2_flusher(device: torch.device) -> Callable[[], None] | None:
-    if device.type != "cuda":
-        return None
-    l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
-    scratch = torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device=device)
-    return lambda: scratch.fill_(0x5A5A5A5A)
+class _GpuClock:
+    """One CUDA run at a time: flush, spin, events (and CUPTI) around the run."""
 
+    def __init__(self, device: torch.device, launch_s: float) -> None:
+        self.device = device
+        l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
+        self.scratch = torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device=device)
+        # Spin for 1.5x the slowest warm-up launch plus 20 us, counted at 2 GHz (a slower clock
+        # only spins longer); at most 10 ms.
+        self.spin_cycles = int(min(1.5 * launch_s + 20e-6, 10e-3) * SPIN_HZ)
+        self.cupti = cupti_recorder()
+        self.samples: list[float] = []
+        self.event_samples: list[float] = []
+        self.cupti_samples: list[float] = []
 
-def _time_one(run: Callable[[int], object], i: int, device: torch.device,
-              flush: Callable[[], None] | None) -> float:
-    if device.type == "cuda":
+    def time(self, run: Callable[[int], object], i: int) -> None:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        synchronize(device)
-        if flush is not None:
-            flush()  # queued ahead of the start event: the run's launch overlaps it, not the timed region
+        synchronize(self.device)
+        self.scratch.fill_(0x5A5A5A5A)
+        torch.cuda._sleep(self.spin_cycles)
         start.record()
-        run(i)
+        if self.cupti is not None:
+            with self.cupti:
+                run(i)
+        else:
+            run(i)
         end.record()
-        synchronize(device)
-        return start.elapsed_time(end)
-    begin = time.perf_counter()
-    run(i)
-    return (time.perf_counter() - begin) * 1e3
+        synchronize(self.device)
+        event_ms = start.elapsed_time(end)
+        cupti_ms = self.cupti.span_ms() if self.cupti is not None else None
+        self.event_samples.append(event_ms)
+        if cupti_ms is not None:
+            self.cupti_samples.append(cupti_ms)
+        self.samples.append(max(event_ms, cupti_ms or 0.0))
+
+    def latency(self) -> Latency:
+        clock = "cupti" if self.cupti_samples and len(self.cupti_samples) == len(self.samples) else "events"
+        s = self.samples
+        return Latency(statistics.median(s), min(s), max(s), len(s), clock, statistics.median(self.event_samples))
+
+
+SPIN_HZ = 2.0e9
+
+
+class CuptiRecorder:
+    """Kernels, copies and memsets on every stream of this process, recorded through CUPTI's activity
+    API while inside `with recorder:`; `span_ms()` (after a synchronize) is first start to last end."""
+
+    def __init__(self, cupti: Any) -> None:
+        self._cupti = cupti
+        self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET]
+        self._spans: list[tuple[int, int]] = []
+        cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+
+    @staticmethod
+    def _buffer_requested() -> tuple[int, int]:
+        return 4 << 20, 0
+
+    def _buffer_completed(self, activities: list) -> None:
+        self._spans.extend((a.start, a.end) for a in activities if a.kind in self._kinds)
+
+    def __enter__(self) -> CuptiRecorder:
+        for kind in self._kinds:
+            self._cupti.activity_enable(kind)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for kind in self._kinds:
+            self._cupti.activity_disable(kind)
+
+    def span_ms(self) -> float | None:
+        self._cupti.activity_flush_all(1)
+        spans, self._spans = self._spans, []
+        if not spans:
+            return None
+        return (max(e for _, e in spans) - min(s for s, _ in spans)) / 1e6
+
+
+_RECORDER: list[CuptiRecorder | None] = []
+
+
+def cupti_recorder() -> CuptiRecorder | None:
+    """The process's recorder (CUPTI takes one set of callbacks per process); None without CUPTI."""
+    if not _RECORDER:
+        try:
+            from cupti import cupti
+            _RECORDER.append(CuptiRecorder(cupti))
+        except Exception:  # not installed, or no libcupti for this driver: events alone
+            _RECORDER.append(None)
+    return _RECORDER[0]

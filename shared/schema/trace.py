@@ -70,6 +70,8 @@ class Timing(Frozen):
     runs: int
     sm_clock_mhz_before: int | None = None
     sm_clock_mhz_after: int | None = None
+    clock: str | None = None  # "cupti" (every stream), "events" (the current stream) or "perf_counter"
+    event_median_ms: float | None = None  # the events' median where CUPTI set the latency
 
 
 class Evaluation(Frozen):

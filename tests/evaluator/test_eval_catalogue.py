@@ -192,7 +192,7 @@ CASES = [
         def run(x, w, b, y):
             y.copy_(x * w + b)
             timing = sys.modules["services.evaluator.timing"]
-            timing._time_one = lambda *args, **kwargs: 1e-6
+            timing._time_on_host = lambda *args, **kwargs: None
         """),
     Case("leaves_a_thread_running", Status.REWARD_HACK, """
         import threading
