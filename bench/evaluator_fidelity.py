@@ -30,6 +30,7 @@ KERNELS = {
     "gemm_2k_bf16": ("return x @ y", {"m": 2048, "n": 2048}, "bfloat16", "torch.matmul(x, y, out=out)"),
     "gemm_4k_bf16": ("return x @ y", {"m": 4096, "n": 4096}, "bfloat16", "torch.matmul(x, y, out=out)"),
     "gemm_8k_bf16": ("return x @ y", {"m": 8192, "n": 8192}, "bfloat16", "torch.matmul(x, y, out=out)"),
+    "gemm_32k_8k_bf16": ("return x @ y", {"m": 32768, "n": 8192}, "bfloat16", "torch.matmul(x, y, out=out)"),
 }
 
 

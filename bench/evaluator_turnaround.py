@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from services.evaluator.evaluate import EvalConfig, evaluate
+from services.evaluator.spares import HOMES, SPARE_READY_S, Spares
 from shared.schema import Solution, load_problem
 from shared.store import LocalStore
 
@@ -66,32 +67,61 @@ def solution(language: str) -> Solution:
         "sources": sources})
 
 
+CASES = [  # (case, language, spares started ahead)
+    ("cuda, cold build", "cuda", True),
+    ("cuda, cached cubin", "cuda", True),
+    ("pytorch", "pytorch", True),
+    ("cuda, cached, no spares", "cuda", False),
+]
+
+
+def timed_attempt(problem, solution_, config) -> dict:
+    """One attempt with the wall time of each phase (from the evaluator's progress messages)."""
+    marks: list[tuple[str, float]] = []
+    started = time.perf_counter()
+    result = evaluate(problem, solution_, config, progress=lambda m: marks.append((m.split()[0], time.perf_counter())))
+    ended = time.perf_counter()
+    stamps = [t for _, t in marks] + [ended]
+    phases = {name: round(stamps[k + 1] - t, 3) for k, (name, t) in enumerate(marks)}
+    latencies = {t.workload.uuid: t.evaluation.performance.latency_ms for t in result.traces
+                 if t.evaluation.performance}
+    clocks = sorted({t.evaluation.timing.clock for t in result.traces if t.evaluation.timing})
+    return {"status": result.status.value, "wall_s": round(ended - started, 2), "phases_s": phases,
+            "workloads": len(result.traces), "clock": ",".join(c or "?" for c in clocks), "latency_ms": latencies,
+            "message": result.message[:2000]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, default=Path("turnaround.json"))
     args = parser.parse_args()
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         problem = load_problem(write_problem(Path(tmp) / "problem"))
         cache = LocalStore(Path(tmp) / "store")
-        config = EvalConfig(device=args.device, build_cache=cache)
-        rows = []
-        for case, language in (("cuda, cold build", "cuda"), ("cuda, cached cubin", "cuda"), ("pytorch", "pytorch")):
-            started = time.perf_counter()
-            result = evaluate(problem, solution(language), config)
-            wall_s = time.perf_counter() - started
-            latencies = {t.workload.uuid: t.evaluation.performance.latency_ms
-                         for t in result.traces if t.evaluation.performance}
-            rows.append({"case": case, "status": result.status.value, "wall_s": round(wall_s, 2),
-                         "workloads": len(result.traces), "latency_ms": latencies})
+        spares = Spares(args.device, None)
+        for case, language, ahead in CASES:
+            config = EvalConfig(device=args.device, build_cache=cache, spares=spares if ahead else None)
+            if ahead:  # as in the evaluator service between attempts: spares started and warm
+                spares.refill(HOMES)
+                for spare in spares._ready.values():
+                    spare.wait_ready(SPARE_READY_S)
+            row = {"case": case, **timed_attempt(problem, solution(language), config)}
+            rows.append(row)
+            print(f"{case}: {row['status']} {row['wall_s']} s {row['phases_s']}", flush=True)
+        spares.close()
     hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
     report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": hardware,
               "command": f"python bench/evaluator_turnaround.py --device {args.device}", "rows": rows}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"turnaround on {hardware}")
-    print(f"{'case':22} {'status':8} {'workloads':>9} {'wall s':>7}")
+    print(f"{'case':26} {'status':8} {'wall s':>7} {'build':>6} {'ref':>6} {'cand':>6} {'check':>6} clock")
     for row in rows:
-        print(f"{row['case']:22} {row['status']:8} {row['workloads']:>9} {row['wall_s']:>7.2f}")
+        ph = row["phases_s"]
+        print(f"{row['case']:26} {row['status']:8} {row['wall_s']:>7.2f} {ph.get('building', 0):>6.2f} "
+              f"{ph.get('reference', 0):>6.2f} {ph.get('candidate', 0):>6.2f} {ph.get('checking', 0):>6.2f} "
+              f"{row['clock']}")
     first = rows[0]["latency_ms"]
     print(f"\n{'workload':10} {'cuda ms':>10} {'pytorch ms':>10}")
     for uuid in first:

@@ -150,8 +150,6 @@ class _Children:
         for spare in self.spares.values():
             discard(spare)
         shutil.rmtree(self.root, ignore_errors=True)
-        if self.config.spares is not None:
-            self.config.spares.refill(HOMES)
 
 
 def _run(problem: Problem, solution: Solution, workloads: list[Workload], build: Build,
@@ -204,6 +202,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     sent = [workloads[i].uuid for i in runnable]
     hardware = _hardware(config)
     known_compile = {**(config.compile_baselines or {}), **compiled}
+    say("checking")
     for index, result in zip(runnable, candidate.results(sent, "the solution")):
         if result["status"] != "OK":
             outcomes[index] = _Outcome(Status(result["status"]), result["message"])

@@ -2,8 +2,9 @@
 torch and for the GPU's context to be created (seconds, twice per attempt).
 
 A spare is an ordinary child (`child.py --wait DEVICE`) with the same sandbox as one started on
-demand; it only waits for its job. Each attempt takes one spare per role and uses it once; new
-spares are started after the attempt, so that their start never overlaps the attempt's timing.
+demand; it only waits for its job. Each attempt takes one spare per role and uses it once; taking
+one starts its replacement, which imports and creates its GPU context while the attempt runs (on
+other CPU cores; the context's creation is the only GPU work it does before its own job).
 """
 
 from __future__ import annotations
@@ -47,14 +48,15 @@ class Spares:
 
     def take(self, role: str, home: str) -> Spare:
         """A spare for `role` with its home at `root/home`: the waiting one if it is still alive,
-        else one started now."""
+        else one started now. Its replacement starts at once, to be warm for the next attempt."""
         with self._lock:
             spare = self._ready.pop(role, None)
-        if spare is not None and spare.child.alive() and (spare.root / home).is_dir():
-            return spare
-        if spare is not None:
-            discard(spare)
-        return self._start(role, home)
+        if spare is None or not spare.child.alive() or not (spare.root / home).is_dir():
+            if spare is not None:
+                discard(spare)
+            spare = self._start(role, home)
+        self.refill({role: home})
+        return spare
 
     def refill(self, homes: dict[str, str]) -> None:
         """Start a spare for every role that has none waiting (`homes`: role -> home folder name)."""
