@@ -3,7 +3,10 @@
     python bench/evaluator_turnaround.py --device cuda --out turnaround.json
 
 Cases: the same elementwise kernel as language `cuda` with an empty build cache (cold: nvcc runs),
-again with the cubin cached, and as a `pytorch` solution. Prints a table; writes JSON.
+again with the cubin cached, as a `pytorch` solution, as `cuda` with children started on demand
+instead of spares started ahead, and as `cuda_cpp` (a torch extension: cold, then cached). The
+wall time of each phase (build, reference child, candidate child, checks) is recorded. Prints a
+table; writes JSON.
 """
 
 from __future__ import annotations
@@ -39,6 +42,26 @@ def run(x, w, y, *, kernels):
     kernels.scale(x, w, y, n, grid=((n + 255) // 256,), block=(256,))
 """
 TORCH = "import torch\n\ndef run(x, w, y):\n    torch.mul(x, w, out=y)\n"
+EXTENSION = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void scale(const float* __restrict__ x, const float* __restrict__ w, float* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float r;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(x[i]), "f"(w[i]));
+    y[i] = r;
+}
+
+void run(torch::Tensor x, torch::Tensor w, torch::Tensor y) {
+    int n = y.numel();
+    scale<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+        x.data_ptr<float>(), w.data_ptr<float>(), y.data_ptr<float>(), n);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("run", &run); }
+"""
 
 
 def write_problem(root: Path) -> Path:
@@ -58,12 +81,14 @@ def write_problem(root: Path) -> Path:
 
 
 def solution(language: str) -> Solution:
-    sources = ([{"path": "launch.py", "content": LAUNCH}, {"path": "scale.cu", "content": KERNEL}]
-               if language == "cuda" else [{"path": "main.py", "content": TORCH}])
+    sources, entry = {
+        "cuda": ([{"path": "launch.py", "content": LAUNCH}, {"path": "scale.cu", "content": KERNEL}], "launch.py::run"),
+        "cuda_cpp": ([{"path": "scale.cu", "content": EXTENSION}], "scale.cu::run"),
+        "pytorch": ([{"path": "main.py", "content": TORCH}], "main.py::run"),
+    }[language]
     return Solution.model_validate({
         "name": f"scale_{language}", "definition": "bench_scale", "author": "bench",
-        "spec": {"languages": [language], "target_hardware": ["LOCAL"],
-                 "entry_point": "launch.py::run" if language == "cuda" else "main.py::run"},
+        "spec": {"languages": [language], "target_hardware": ["LOCAL"], "entry_point": entry},
         "sources": sources})
 
 
@@ -72,6 +97,8 @@ CASES = [  # (case, language, spares started ahead)
     ("cuda, cached cubin", "cuda", True),
     ("pytorch", "pytorch", True),
     ("cuda, cached, no spares", "cuda", False),
+    ("cuda_cpp, cold build", "cuda_cpp", True),
+    ("cuda_cpp, cached module", "cuda_cpp", True),
 ]
 
 

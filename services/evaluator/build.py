@@ -1,5 +1,6 @@
 """Build a solution into a folder the child can load: Python languages are written out and checked
-for syntax; `cuda` sources go through nvcc into one cubin (`nvcc.py`), cached by build key."""
+for syntax; `cuda` sources go through nvcc into one cubin (`nvcc.py`), `cuda_cpp` sources into a torch
+extension module (`torchext.py`), both cached by build key."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.evaluator.nvcc import BuildCache, build_cubin
+from services.evaluator.torchext import build_extension, module_name
 from shared.schema import Language, Solution, Status
 
 CUBIN_FILE = "kernels.cubin"
 SUPPORTED = {
     "cpu": {Language.PYTORCH},
-    "cuda": {Language.PYTORCH, Language.TRITON, Language.CUDA},
+    "cuda": {Language.PYTORCH, Language.TRITON, Language.CUDA, Language.CUDA_CPP},
 }
 
 
@@ -25,6 +27,7 @@ class Build:
     cubin_path: Path | None = None
     build_s: float = 0.0
     cached: bool = False
+    extension_path: Path | None = None  # cuda_cpp: the extension module (file name = module name)
 
 
 def build_solution(solution: Solution, device: str, target: Path, arch: str | None = None,
@@ -49,6 +52,13 @@ def build_solution(solution: Solution, device: str, target: Path, arch: str | No
                 errors.append(f"{source.path}:{error.lineno}:{error.offset}: {error.msg}\n    {error.text or ''}")
     if errors:
         return Build(Status.COMPILE_ERROR, "\n".join(errors), target, tunables)
+    if language is Language.CUDA_CPP:
+        built = build_extension(solution, arch or "sm_90a", tunables, target.parent / "torchext", cache)
+        if not built.ok:
+            return Build(Status.COMPILE_ERROR, built.log, target, tunables, build_s=built.seconds)
+        library = target / f"{module_name(built.key)}.so"
+        library.write_bytes(built.cubin)
+        return Build(None, "", target, tunables, build_s=built.seconds, cached=built.cached, extension_path=library)
     if language is not Language.CUDA:
         return Build(None, "", target, tunables)
     cubin = build_cubin(solution, arch or "sm_90a", tunables, target.parent / "nvcc", cache)

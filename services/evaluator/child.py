@@ -15,6 +15,7 @@ done. The parent owns every verdict; the child only reports what happened.
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 import importlib.util
 import json
 import math
@@ -231,6 +232,8 @@ def _as_outputs(definition: Definition, returned: Any) -> dict[str, Any]:
 
 def _load_entry(job: dict):
     source_dir = Path(job["solution_dir"])
+    if job.get("extension_path"):
+        return _extension_entry(Path(job["extension_path"]), job["entry_symbol"])
     path = source_dir / job["entry_file"]
     sys.path.insert(0, str(source_dir))
     module = _load_module("solution_entry", path.read_text(), job["tunables"], str(path))
@@ -239,6 +242,19 @@ def _load_entry(job: dict):
         raise AttributeError(f"{job['entry_file']} defines no callable `{job['entry_symbol']}`")
     if job.get("cubin_path"):
         return _with_kernels(entry, Path(job["cubin_path"]), torch.device(job["device"]))
+    return entry
+
+
+def _extension_entry(library: Path, symbol: str):
+    """Language `cuda_cpp`: the entry is a function of the built extension module."""
+    loader = importlib.machinery.ExtensionFileLoader(library.stem, str(library))
+    spec = importlib.util.spec_from_loader(library.stem, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    entry = getattr(module, symbol, None)
+    if not callable(entry):
+        raise AttributeError(f"the extension defines no function `{symbol}` (bind it with "
+                             f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def(\"{symbol}\", ...); }})")
     return entry
 
 

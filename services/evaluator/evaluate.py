@@ -197,6 +197,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
         entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
         cubin_path=str(build.cubin_path) if build.cubin_path else None,
+        extension_path=str(build.extension_path) if build.extension_path else None,
         destination_passing_style=solution.spec.destination_passing_style,
         workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable))
     sent = [workloads[i].uuid for i in runnable]

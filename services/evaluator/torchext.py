@@ -1,0 +1,93 @@
+"""Language `cuda_cpp` (SOL-ExecBench's torch binding): the `.cu` and `.cpp` sources become one Python
+extension module, built by torch's `cpp_extension` (ninja, nvcc and the host compiler against torch's
+headers) in a process of its own, and cached by build key like a cubin. The candidate child imports
+the module and calls the entry point's symbol from it.
+
+The sources bind their functions with `PYBIND11_MODULE(TORCH_EXTENSION_NAME, m)`. A build needs
+torch's CUDA headers, nvcc and ninja, so it runs on GPU machines; it takes about a minute, most of it
+compiling torch's headers (`torch/extension.h`), which is why agents are steered to `cuda`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from services.evaluator.nvcc import BuildCache, Cubin, compiler_excerpt, define_flags, nvcc_version
+from shared.schema import Solution
+
+BUILD_TIMEOUT_S = 900.0
+SOURCE_SUFFIXES = (".cu", ".cpp", ".cc", ".cxx")
+_BUILD = """
+import json, sys
+from torch.utils.cpp_extension import load
+a = json.loads(sys.argv[1])
+load(name=a["name"], sources=a["sources"], build_directory=a["build"], extra_cflags=a["cflags"],
+     extra_cuda_cflags=a["cuda_cflags"], verbose=True, is_python_module=True)
+"""
+
+
+def extension_key(solution: Solution, arch: str, tunables: dict[str, object]) -> str:
+    import torch
+
+    sources = sorted((s.path, s.content) for s in solution.sources if not s.path.endswith(".py"))
+    options = solution.spec.compile_options
+    blob = json.dumps({"kind": "cuda_cpp", "sources": sources, "tunables": define_flags(tunables), "arch": arch,
+                       "cflags": options.cflags if options else [], "cuda_cflags": options.cuda_cflags if options else [],
+                       "nvcc": nvcc_version(), "torch": torch.__version__}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def module_name(key: str) -> str:
+    return f"ks_ext_{key[:20]}"
+
+
+def build_extension(solution: Solution, arch: str, tunables: dict[str, object], workdir: Path,
+                    cache: BuildCache | None = None, timeout_s: float = BUILD_TIMEOUT_S) -> Cubin:
+    """Build (or fetch from the cache) the solution's extension module; `Cubin.cubin` holds the
+    shared library's bytes, to be saved as `<module_name(key)>.so`."""
+    key = extension_key(solution, arch, tunables)
+    started = time.monotonic()
+    if cache is not None:
+        data = cache.get_build(f"ext-{key}")
+        if data is not None:
+            return Cubin(True, key, "", data, cached=True, seconds=time.monotonic() - started)
+    if shutil.which("nvcc") is None:
+        return Cubin(False, key, "nvcc is not on PATH on this evaluator")
+    units = [s.path for s in solution.sources if s.path.endswith(SOURCE_SUFFIXES)]
+    if not units:
+        return Cubin(False, key, "a `cuda_cpp` solution needs .cu or .cpp sources")
+    source_dir, build_dir = workdir / "src", workdir / "build"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    for source in solution.sources:
+        path = source_dir / source.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source.content)
+    options = solution.spec.compile_options
+    name = module_name(key)
+    job = {"name": name, "sources": [str(source_dir / u) for u in units], "build": str(build_dir),
+           "cflags": ["-O3", *(options.cflags if options else []), *define_flags(tunables)],
+           "cuda_cflags": ["-O3", *(options.cuda_cflags if options else []), *define_flags(tunables)]}
+    number = arch.removeprefix("sm_")
+    env = {**os.environ, "TORCH_CUDA_ARCH_LIST": f"{number[:-2]}.{number[-2:]}" if len(number) > 2 else
+           f"{number[0]}.{number[1:]}", "MAX_JOBS": os.environ.get("MAX_JOBS", str(os.cpu_count() or 4))}
+    try:
+        done = subprocess.run([sys.executable, "-c", _BUILD, json.dumps(job)], cwd=workdir, env=env,
+                              capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return Cubin(False, key, f"the extension build ran past {timeout_s:.0f} s and was stopped",
+                     seconds=time.monotonic() - started)
+    seconds = time.monotonic() - started
+    library = build_dir / f"{name}.so"
+    if done.returncode != 0 or not library.exists():
+        return Cubin(False, key, compiler_excerpt(done.stdout + done.stderr, source_dir), seconds=seconds)
+    data = library.read_bytes()
+    if cache is not None:
+        cache.put_build(f"ext-{key}", data)
+    return Cubin(True, key, "", data, seconds=seconds)
