@@ -114,7 +114,7 @@ def timed_attempt(problem, solution_, config) -> dict:
                  if t.evaluation.performance}
     clocks = sorted({t.evaluation.timing.clock for t in result.traces if t.evaluation.timing})
     return {"status": result.status.value, "wall_s": round(ended - started, 2), "phases_s": phases,
-            "workloads": len(result.traces), "clock": ",".join(c or "?" for c in clocks), "latency_ms": latencies,
+            "child_phases_s": result.child_phases, "workloads": len(result.traces), "clock": ",".join(c or "?" for c in clocks), "latency_ms": latencies,
             "message": result.message[:2000]}
 
 
@@ -136,7 +136,8 @@ def main() -> None:
                     spare.wait_ready(SPARE_READY_S)
             row = {"case": case, **timed_attempt(problem, solution(language), config)}
             rows.append(row)
-            print(f"{case}: {row['status']} {row['wall_s']} s {row['phases_s']}", flush=True)
+            print(f"{case}: {row['status']} {row['wall_s']} s {row['phases_s']} children {row['child_phases_s']}",
+                  flush=True)
         spares.close()
     hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
     report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": hardware,

@@ -14,12 +14,14 @@ done. The parent owns every verdict; the child only reports what happened.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.machinery
 import importlib.util
 import json
 import math
 import sys
+import time
 import traceback
 from collections import deque
 from pathlib import Path
@@ -61,8 +63,20 @@ def main(argv: list[str]) -> int:
     state: dict[str, Any] = {}
     for index, workload in zip(job["indices"], workloads):
         results.append({"uuid": workload.uuid, **run(job, definition, workload, index, device, state)})
-        _write_json(result_path, {"workloads": results})
+        _write_json(result_path, {"workloads": results, "phases": PHASES})
     return 0
+
+
+PHASES: dict[str, float] = {}  # seconds spent per phase, reported beside the results (diagnostics)
+
+
+@contextlib.contextmanager
+def _phase(name: str):
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        PHASES[name] = round(PHASES.get(name, 0.0) + time.perf_counter() - began, 4)
 
 
 def _warm_up(device_name: str) -> None:
@@ -90,24 +104,28 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
     timing_inputs = None
     for s in range(sets):
         try:
-            inputs = make_inputs(definition, workload, job["seed"] + 7919 * index + s, device,
-                                 Path(job["problem_root"]) if job.get("problem_root") else None, reference)
+            with _phase("inputs"):
+                inputs = make_inputs(definition, workload, job["seed"] + 7919 * index + s, device,
+                                     Path(job["problem_root"]) if job.get("problem_root") else None, reference)
         except InputError as error:
             return {"status": "INPUT_ERROR", "message": str(error)}
         except Exception:
             return {"status": "INVALID_REFERENCE", "message": "making inputs failed:\n" + _traceback()}
-        tensorfile.save(inputs, inputs_dir / f"w{index}_s{s}.st")
+        with _phase("save"):
+            tensorfile.save(inputs, inputs_dir / f"w{index}_s{s}.st")
         try:
             with torch.no_grad():
                 outputs = _as_outputs(definition, reference.run(*inputs.values()))
             synchronize(device)
         except Exception:
             return {"status": "INVALID_REFERENCE", "message": "the reference raised:\n" + _traceback()}
-        tensorfile.save(outputs, expected_dir / f"w{index}_s{s}.st")
+        with _phase("save"):
+            tensorfile.save(outputs, expected_dir / f"w{index}_s{s}.st")
         if s == job["correctness_rounds"]:
             timing_inputs = inputs
     with torch.no_grad():
-        latency = time_runs(lambda i: reference.run(*timing_inputs.values()), device, _plan(job))
+        with _phase("timing"):
+            latency = time_runs(lambda i: reference.run(*timing_inputs.values()), device, _plan(job))
     result: dict[str, Any] = {"status": "OK", "latency": latency.as_dict()}
     if job.get("measure_compile"):
         result.update(_time_compiled(reference, timing_inputs, device, job))
@@ -139,12 +157,15 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         rounds, timing_sets = job["correctness_rounds"], job["timing_sets"]
         axes = definition.resolve_axes(workload.axes)
         for s in range(rounds):
-            inputs = tensorfile.load(inputs_dir / f"w{index}_s{s}.st", device)
+            with _phase("load"):
+                inputs = tensorfile.load(inputs_dir / f"w{index}_s{s}.st", device)
             before = snapshot(inputs)
             outputs = _call(entry, definition, axes, inputs, dps, device)
             _enforce(guard.check() or guard.check_inputs(before, inputs) or guard.check_outputs(outputs))
-            tensorfile.save(outputs, outputs_dir / f"w{index}_s{s}.st")
-        timed = [tensorfile.load(inputs_dir / f"w{index}_s{rounds + t}.st", device) for t in range(timing_sets)]
+            with _phase("save"):
+                tensorfile.save(outputs, outputs_dir / f"w{index}_s{s}.st")
+        with _phase("load"):
+            timed = [tensorfile.load(inputs_dir / f"w{index}_s{rounds + t}.st", device) for t in range(timing_sets)]
         staged: deque[tuple[dict[str, Any], dict[str, torch.Tensor]]] = deque(maxlen=len(timed) + 1)
         last: dict[int, dict[str, Any]] = {}
 
@@ -159,12 +180,14 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
             last[i % len(timed)] = _invoke(entry, inputs, buffers, dps, definition)
 
         clock_before = sm_clock_mhz(device)
-        latency = time_runs(run, device, _plan(job), prepare)
+        with _phase("timing"):
+            latency = time_runs(run, device, _plan(job), prepare)
         clock_after = sm_clock_mhz(device)
         _enforce(guard.check())
         for t, outputs in last.items():
             _enforce(guard.check_outputs(outputs))
-            tensorfile.save(outputs, outputs_dir / f"w{index}_s{rounds + t}.st")
+            with _phase("save"):
+                tensorfile.save(outputs, outputs_dir / f"w{index}_s{rounds + t}.st")
     except HackDetected as hack:
         return {"status": "REWARD_HACK", "message": str(hack)}
     except Exception:

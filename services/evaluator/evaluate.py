@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -75,6 +76,7 @@ class AttemptResult:
     message: str
     sol_score: float | None = None  # mean of the workloads' displayed SOL scores, when all have one
     compile_ms: dict[str, float | None] = field(default_factory=dict)  # torch.compile measured this time
+    child_phases: dict[str, dict[str, float]] = field(default_factory=dict)  # role -> seconds per phase
 
     def traces_jsonl(self) -> bytes:
         return "".join(t.model_dump_json(exclude_none=True) + "\n" for t in self.traces).encode()
@@ -111,7 +113,7 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workl
     finally:
         children.close()
     traces = [_trace(problem, solution, w, o, config, attempt) for w, o in zip(workloads, outcomes)]
-    return _summarize(traces, compiled)
+    return dataclasses.replace(_summarize(traces, compiled), child_phases=children.phases)
 
 
 class _Children:
@@ -120,6 +122,7 @@ class _Children:
 
     def __init__(self, config: EvalConfig) -> None:
         self.config = config
+        self.phases: dict[str, dict[str, float]] = {}
         self.spares: dict[str, Spare] = {}
         if config.spares is not None:
             self.spares = {role: config.spares.take(role, home) for role, home in HOMES.items()}
@@ -173,6 +176,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         measure_compile=config.measure_compile,
         problem_root=str(problem.root) if problem.root else None,
         workloads=[w.model_dump(mode="json") for w in workloads], indices=list(range(len(workloads)))))
+    children.phases["reference"] = reference.phases
     outcomes: list[_Outcome | None] = []
     runnable = []
     for index, result in enumerate(reference.results([w.uuid for w in workloads], "the reference")):
@@ -201,6 +205,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         destination_passing_style=solution.spec.destination_passing_style,
         workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable))
     sent = [workloads[i].uuid for i in runnable]
+    children.phases["candidate"] = candidate.phases
     hardware = _hardware(config)
     known_compile = {**(config.compile_baselines or {}), **compiled}
     say("checking")
@@ -228,6 +233,7 @@ class _ChildResults:
     log: str
     timeout_s: float
     stalled: bool = False
+    phases: dict[str, float] = field(default_factory=dict)  # the child's own account (diagnostics only)
 
     def results(self, uuids: list[str], who: str) -> list[dict[str, Any]]:
         """One result per workload sent, matched by UUID; those the child never reached get TIMEOUT
@@ -262,15 +268,18 @@ def _child(home: Path, config: EvalConfig, started: StartedChild, job: dict[str,
     timeout_s = config.attempt_timeout_s if untrusted else max(config.attempt_timeout_s, config.reference_timeout_s)
     stall_s = config.workload_timeout_s if untrusted else None
     run = finish_child(started, str(job_path), timeout_s, result_path, stall_s)
+    phases: dict[str, float] = {}
     try:
-        workloads = json.loads(result_path.read_text())["workloads"] if result_path.exists() else []
-    except (ValueError, KeyError, TypeError):
+        reported = json.loads(result_path.read_text()) if result_path.exists() else {"workloads": []}
+        workloads = reported["workloads"]
+        phases = {str(k): float(v) for k, v in reported.get("phases", {}).items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
         workloads = [{"uuid": None}]  # a result file that is not ours: counted as forged below
     if run.exit_code not in (0, None) or run.timed_out:
         log.info("child %s exited %s timed_out=%s stalled=%s", job["role"], run.exit_code, run.timed_out,
                  run.stalled)
     return _ChildResults(workloads, run.timed_out, run.exit_code, run.log, stall_s if run.stalled else timeout_s,
-                         run.stalled)
+                         run.stalled, phases)
 
 
 def _hand_over(home: Path, inputs: Path, outputs: Path) -> None:

@@ -31,7 +31,7 @@ def _watched() -> list[tuple[Any, str]]:
     watched += [(tensorfile, "save"), (tensorfile, "load")]
     watched += [(timing, name) for name in ("time_runs", "_time_on_host", "synchronize", "cupti_recorder")]
     watched += [(timing._GpuClock, name) for name in ("__init__", "time", "latency")]
-    watched += [(timing.CuptiRecorder, name) for name in ("__enter__", "__exit__", "span_ms", "_buffer_completed")]
+    watched += [(timing.CuptiRecorder, name) for name in ("start", "stop_span_ms", "_buffer_completed")]
     watched += [(torch.cuda, "_sleep"), (torch.Tensor, "fill_")]
     watched += [(child, name) for name in ("_invoke", "_call", "_write_json", "_empty_outputs",
                                            "run_candidate", "_as_outputs")]
@@ -85,11 +85,14 @@ def snapshot(inputs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _identical(a: torch.Tensor, b: Any) -> bool:
+    """Bit for bit (so NaNs compare, and FP8/FP4 inputs, which have no arithmetic, work too)."""
     if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
         return False
-    if a.dtype.is_floating_point:
-        return bool(torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)) and torch.equal(a.isnan(), b.isnan()))
-    return bool(torch.equal(a, b))
+    return bool(torch.equal(_bytes(a), _bytes(b)))
+
+
+def _bytes(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
 def _child_processes() -> set[int]:

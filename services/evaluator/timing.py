@@ -66,15 +66,17 @@ def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPl
               prepare: Callable[[int], object] | None = None) -> Latency:
     """Time `run(i)` (i = iteration number, so callers can rotate input sets); `prepare(i)`, if
     given, runs untimed just before `run(i)`."""
-    launch_s = 0.0
+    launches: list[float] = []
     for i in range(plan.warmup_runs):
         if prepare is not None:
             prepare(i)
         synchronize(device)
         began = time.perf_counter()
         run(i)
-        launch_s = max(launch_s, time.perf_counter() - began)
+        launches.append(time.perf_counter() - began)
         synchronize(device)
+    # The host's launch time of one run, the first (lazy initialisation) left out.
+    launch_s = statistics.median(launches[1:] or launches) if launches else 0.0
     if device.type != "cuda":
         return _time_on_host(run, plan, prepare)
     gpu = _GpuClock(device, launch_s)
@@ -111,8 +113,8 @@ class _GpuClock:
         self.device = device
         l2_bytes = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20)
         self.scratch = torch.empty(max(2 * l2_bytes, 1 << 20) // 4, dtype=torch.int32, device=device)
-        # Spin for 1.5x the slowest warm-up launch plus 20 us, counted at 2 GHz (a slower clock
-        # only spins longer); at most 10 ms.
+        # Spin for 1.5x a warm-up launch plus 20 us, counted at 2 GHz (a slower clock only spins
+        # longer); at most 10 ms.
         self.spin_cycles = int(min(1.5 * launch_s + 20e-6, 10e-3) * SPIN_HZ)
         self.cupti = cupti_recorder()
         self.samples: list[float] = []
@@ -122,18 +124,16 @@ class _GpuClock:
     def time(self, run: Callable[[int], object], i: int) -> None:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         synchronize(self.device)
+        if self.cupti is not None:
+            self.cupti.start()  # records from here: the flush, the spin (left out below), then the run
         self.scratch.fill_(0x5A5A5A5A)
         torch.cuda._sleep(self.spin_cycles)
         start.record()
-        if self.cupti is not None:
-            with self.cupti:
-                run(i)
-        else:
-            run(i)
+        run(i)
         end.record()
         synchronize(self.device)
         event_ms = start.elapsed_time(end)
-        cupti_ms = self.cupti.span_ms() if self.cupti is not None else None
+        cupti_ms = self.cupti.stop_span_ms(skip=OWN_LAUNCHES) if self.cupti is not None else None
         self.event_samples.append(event_ms)
         if cupti_ms is not None:
             self.cupti_samples.append(cupti_ms)
@@ -146,16 +146,19 @@ class _GpuClock:
 
 
 SPIN_HZ = 2.0e9
+OWN_LAUNCHES = 2  # the flush and the spin, launched first in each CUPTI window
 
 
 class CuptiRecorder:
     """Kernels, copies and memsets on every stream of this process, recorded through CUPTI's activity
-    API while inside `with recorder:`; `span_ms()` (after a synchronize) is first start to last end."""
+    API between `start()` and `stop_span_ms()`. CUPTI also reports work launched before `start()`
+    that is still running, so a window starts on an idle device (after a synchronize); the first
+    `skip` launches of the window (by correlation id: launch order) are the timer's own."""
 
     def __init__(self, cupti: Any) -> None:
         self._cupti = cupti
         self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET]
-        self._spans: list[tuple[int, int]] = []
+        self._spans: list[tuple[int, int, int]] = []
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
 
     @staticmethod
@@ -163,23 +166,23 @@ class CuptiRecorder:
         return 4 << 20, 0
 
     def _buffer_completed(self, activities: list) -> None:
-        self._spans.extend((a.start, a.end) for a in activities if a.kind in self._kinds)
+        self._spans.extend((a.correlation_id, a.start, a.end) for a in activities if a.kind in self._kinds)
 
-    def __enter__(self) -> CuptiRecorder:
+    def start(self) -> None:
+        self._cupti.activity_flush_all(1)
+        self._spans = []
         for kind in self._kinds:
             self._cupti.activity_enable(kind)
-        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop_span_ms(self, skip: int = 0) -> float | None:
+        """After a synchronize: first start to last end of the window's records, less the first `skip`."""
         for kind in self._kinds:
             self._cupti.activity_disable(kind)
-
-    def span_ms(self) -> float | None:
         self._cupti.activity_flush_all(1)
-        spans, self._spans = self._spans, []
+        spans, self._spans = sorted(self._spans)[skip:], []
         if not spans:
             return None
-        return (max(e for _, e in spans) - min(s for s, _ in spans)) / 1e6
+        return (max(e for _, _, e in spans) - min(s for _, s, _ in spans)) / 1e6
 
 
 _RECORDER: list[CuptiRecorder | None] = []

@@ -55,7 +55,7 @@ def build_extension(solution: Solution, arch: str, tunables: dict[str, object], 
     key = extension_key(solution, arch, tunables)
     started = time.monotonic()
     if cache is not None:
-        data = cache.get_build(f"ext-{key}")
+        data = cache.get_build(key)
         if data is not None:
             return Cubin(True, key, "", data, cached=True, seconds=time.monotonic() - started)
     if shutil.which("nvcc") is None:
@@ -89,5 +89,5 @@ def build_extension(solution: Solution, arch: str, tunables: dict[str, object], 
         return Cubin(False, key, compiler_excerpt(done.stdout + done.stderr, source_dir), seconds=seconds)
     data = library.read_bytes()
     if cache is not None:
-        cache.put_build(f"ext-{key}", data)
+        cache.put_build(key, data)
     return Cubin(True, key, "", data, seconds=seconds)

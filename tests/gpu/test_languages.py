@@ -104,4 +104,4 @@ def test_work_on_a_side_stream_is_timed(problem, config):
         timing = trace.evaluation.timing
         assert timing.clock == "cupti"
         assert timing.median_ms > 1.0, timing
-        assert timing.event_median_ms < 0.5, timing
+        assert timing.event_median_ms < timing.median_ms / 2, timing
