@@ -16,9 +16,10 @@ from shared.db import AttemptRow, Database
 from shared.errors import UserError
 from shared.leaderboard import leaderboard, render_table
 from shared.repository import IN_FLIGHT, upsert_problem
-from shared.schema import load_problem
+from shared.schema import Problem, load_problem
 from shared.schema.problem import find_problems
 from shared.settings import Settings
+from shared.sol_count import SolCountError, count_work
 
 PROGRESS_EVERY_S = 5.0
 
@@ -30,6 +31,13 @@ def run_up(settings: Settings, duration_s: float | None) -> int:
     problems = [load_problem(folder) for folder in find_problems([settings.problems_dir])]
     if not problems:
         raise UserError(f"no problems under {settings.problems_dir}")
+    if settings.device == "cpu":
+        problems, left_out = cpu_sized(problems)
+        if left_out:
+            out.print(f"on the CPU, leaving out {len(left_out)} problems too large for it: "
+                      f"{', '.join(left_out)} (run them with --device cuda)", highlight=False)
+        if not problems:
+            raise UserError(f"every problem under {settings.problems_dir} is too large for a CPU run")
     redis_server = None
     if not settings.redis_url:
         redis_server = RedisServer(settings.home / "redis")
@@ -71,6 +79,25 @@ def run_up(settings: Settings, duration_s: float | None) -> int:
                   f"(see {settings.home / 'logs'})")
         return 1
     return 0
+
+
+CPU_MAX_FLOPS = 2e10  # per workload: about what two cores do in a few seconds
+CPU_MAX_BYTES = 512 << 20
+
+
+def cpu_sized(problems: list[Problem]) -> tuple[list[Problem], list[str]]:
+    """The problems every workload of which a CPU evaluates in seconds (work counted from the
+    reference, as for SOL), and the names of the others."""
+    kept, left_out = [], []
+    for problem in problems:
+        try:
+            works = [count_work(problem.definition, w, problem.root, cpu_budget_bytes=0) for w in problem.workloads]
+            small = all(sum(w.matrix_flops.values()) + w.vector_flops <= CPU_MAX_FLOPS
+                        and w.read_bytes + w.write_bytes <= CPU_MAX_BYTES for w in works)
+        except SolCountError:
+            small = False
+        (kept if small else left_out).append(problem if small else problem.name)
+    return kept, left_out
 
 
 def _watch(db: Database, campaign_id: int, services: Services, duration_s: float | None,

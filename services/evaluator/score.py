@@ -9,6 +9,7 @@ block and no floor applies.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 from shared.hardware import HardwareSpec, UnknownHardwareError, lookup
 from shared.schema import Definition, SolScore, Workload
 from shared.sol import SolCountError, baseline_ms, count_work, estimate, hack_floor_ms, sol_score
+from shared.sol_count import WorkCount
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +35,34 @@ def hardware_for(device_name: str) -> HardwareSpec | None:
         return None
 
 
+_COUNTED: dict[tuple[str, str], WorkCount | SolCountError] = {}
+MAX_COUNTED = 4096
+
+
+def _counted(definition: Definition, workload: Workload, problem_root: Path | None) -> WorkCount:
+    """count_work, remembered per (definition, workload): counting can run the reference on the
+    CPU (custom inputs), which must not be paid again on every attempt."""
+    key = (hashlib.sha256(definition.model_dump_json().encode()).hexdigest(), workload.model_dump_json())
+    if key not in _COUNTED:
+        if len(_COUNTED) >= MAX_COUNTED:
+            _COUNTED.clear()
+        try:
+            _COUNTED[key] = count_work(definition, workload, problem_root)
+        except SolCountError as error:
+            _COUNTED[key] = error
+    found = _COUNTED[key]
+    if isinstance(found, SolCountError):
+        raise found
+    return found
+
+
 def score_workload(definition: Definition, workload: Workload, problem_root: Path | None,
                    hardware: HardwareSpec | None, latency_ms: float, eager_ms: float,
                    compile_ms: float | None) -> Verdict:
     if hardware is None:
         return Verdict(None, None)
     try:
-        work = count_work(definition, workload, problem_root)
+        work = _counted(definition, workload, problem_root)
     except SolCountError as error:
         log.info("no T_sol for %s %s: %s", definition.name, workload.uuid, error)
         return Verdict(None, None)
