@@ -122,13 +122,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, default=Path("turnaround.json"))
+    parser.add_argument("--cases", help="comma-separated case numbers, 0-based (default: all)")
     args = parser.parse_args()
+    cases = [CASES[int(k)] for k in args.cases.split(",")] if args.cases else CASES
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         problem = load_problem(write_problem(Path(tmp) / "problem"))
         cache = LocalStore(Path(tmp) / "store")
         spares = Spares(args.device, None)
-        for case, language, ahead in CASES:
+        for case, language, ahead in cases:
             config = EvalConfig(device=args.device, build_cache=cache, spares=spares if ahead else None)
             if ahead:  # as in the evaluator service between attempts: spares started and warm
                 spares.refill(HOMES)
@@ -141,7 +143,8 @@ def main() -> None:
         spares.close()
     hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
     report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": hardware,
-              "command": f"python bench/evaluator_turnaround.py --device {args.device}", "rows": rows}
+              "command": f"python bench/evaluator_turnaround.py --device {args.device}"
+                         + (f" --cases {args.cases}" if args.cases else ""), "rows": rows}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"turnaround on {hardware}")
     print(f"{'case':26} {'status':8} {'wall s':>7} {'build':>6} {'ref':>6} {'cand':>6} {'check':>6} clock")
@@ -150,10 +153,10 @@ def main() -> None:
         print(f"{row['case']:26} {row['status']:8} {row['wall_s']:>7.2f} {ph.get('building', 0):>6.2f} "
               f"{ph.get('reference', 0):>6.2f} {ph.get('candidate', 0):>6.2f} {ph.get('checking', 0):>6.2f} "
               f"{row['clock']}")
-    first = rows[0]["latency_ms"]
-    print(f"\n{'workload':10} {'cuda ms':>10} {'pytorch ms':>10}")
+    first, last = rows[0]["latency_ms"], rows[-1]["latency_ms"]
+    print(f"\n{'workload':10} {rows[0]['case'][:14]:>14} {rows[-1]['case'][:14]:>14}")
     for uuid in first:
-        print(f"{uuid:10} {first[uuid]:>10.4f} {rows[2]['latency_ms'].get(uuid, float('nan')):>10.4f}")
+        print(f"{uuid:10} {first[uuid]:>14.4f} {last.get(uuid, float('nan')):>14.4f}")
 
 
 if __name__ == "__main__":

@@ -30,11 +30,12 @@ from shared.schema import load_problem
 REPO = Path(__file__).resolve().parents[1]
 
 
-def measure(problem_dir: Path, config: EvalConfig) -> dict:
+def measure(problem_dir: Path, config: EvalConfig, languages: set[str] | None = None) -> dict:
     problem = load_problem(problem_dir)
     row: dict = {"problem": problem.name, "workloads": len(problem.workloads), "seeds": {}}
     compiled: dict[str, float | None] = {}
-    for seed in sorted(problem.seeds, key=lambda s: s.spec.language.value != "pytorch"):
+    seeds = [s for s in problem.seeds if languages is None or s.spec.language.value in languages]
+    for seed in sorted(seeds, key=lambda s: s.spec.language.value != "pytorch"):
         language = seed.spec.language.value
         seed_config = dataclasses.replace(config, compile_baselines=compiled or None,
                                           measure_compile=config.measure_compile and not compiled)
@@ -118,6 +119,7 @@ def main() -> None:
     parser.add_argument("--problems", help="comma-separated names (default: every folder under problems/)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--quick", action="store_true", help="no torch.compile, fewer timed runs")
+    parser.add_argument("--languages", help="only seeds in these languages (comma-separated)")
     parser.add_argument("--out", type=Path, default=Path("library.json"))
     parser.add_argument("--markdown", type=Path)
     args = parser.parse_args()
@@ -130,7 +132,8 @@ def main() -> None:
     rows = []
     for name in names:
         try:
-            row = measure(REPO / "problems" / name, config)
+            row = measure(REPO / "problems" / name, config,
+                          set(args.languages.split(",")) if args.languages else None)
         except Exception as error:  # one broken folder must not lose the others' results
             row = {"problem": name, "workloads": 0, "seeds": {}, "error": f"{type(error).__name__}: {error}"}
         rows.append(row)
@@ -141,6 +144,7 @@ def main() -> None:
     spares.close()
     hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
     command = "python bench/library.py" + (" --quick" if args.quick else "") + (
+        f" --languages {args.languages}" if args.languages else "") + (
         f" --problems {args.problems}" if args.problems else "")
     report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": hardware, "command": command,
               "rows": rows, "summary": summarize(rows)}
