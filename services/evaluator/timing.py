@@ -5,9 +5,9 @@ twice its size overwritten), then a short spin kernel sized from the run's own h
 that the run is fully queued before the GPU reaches the start event (the host's launch cost stays
 out of the timed region, as when a GPU is kept busy). The run is bracketed by events on the current
 stream and, where CUPTI is present (`cupti-python`), its kernels, copies and memsets are recorded
-on every stream: the latency of a run is the larger of the event span and the CUPTI span (first
-start to last end), so work moved to another stream still counts. At least 50 runs are timed
-there. On the CPU, `perf_counter`. A time budget caps slow workloads (never fewer than 3 runs).
+on every stream: the latency of a run is then the CUPTI span (first start to last end, the device's
+own clock), so work moved to another stream counts; the events' median is kept beside it, and is
+the latency where CUPTI is absent. At least 50 runs are timed there. On the CPU, `perf_counter`. A time budget caps slow workloads (never fewer than 3 runs).
 An optional `prepare(i)` runs before every iteration, outside the timed region (fresh inputs
 and outputs for the candidate).
 """
@@ -137,7 +137,9 @@ class _GpuClock:
         self.event_samples.append(event_ms)
         if cupti_ms is not None:
             self.cupti_samples.append(cupti_ms)
-        self.samples.append(max(event_ms, cupti_ms or 0.0))
+        # CUPTI's span is the device's own account of the run on every stream; the events, on the
+        # current stream only, are the fallback where CUPTI is absent or recorded nothing.
+        self.samples.append(cupti_ms if cupti_ms is not None else event_ms)
 
     def latency(self) -> Latency:
         clock = "cupti" if self.cupti_samples and len(self.cupti_samples) == len(self.samples) else "events"
