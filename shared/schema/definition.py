@@ -159,16 +159,36 @@ _ALLOWED_NODES = (
 )
 
 
+_FUNCTIONS = {"min": min, "max": max}  # the only calls an expression may make
+
+
+def _disallowed(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call):
+        if isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS and not node.keywords:
+            return None
+        return "a call other than min(...) or max(...)"
+    if not isinstance(node, _ALLOWED_NODES):
+        return type(node).__name__
+    return None
+
+
+def _names(tree: ast.AST) -> set[str]:
+    """The axis names an expression reads (the functions' own names left out)."""
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
+
+
 def _check_axis_expression(where: str, expression: str, axes: set[str]) -> None:
     try:
         tree = ast.parse(expression, mode="eval")
     except SyntaxError as error:
         raise ValueError(f"{where} {expression!r} is not an expression: {error.msg}") from None
     for node in ast.walk(tree):
-        if not isinstance(node, _ALLOWED_NODES):
-            raise ValueError(f"{where} {expression!r} uses {type(node).__name__}")
-        if isinstance(node, ast.Name) and node.id not in axes:
-            raise ValueError(f"{where} {expression!r} uses undefined axis `{node.id}`")
+        bad = _disallowed(node)
+        if bad:
+            raise ValueError(f"{where} {expression!r} uses {bad}")
+    for name in sorted(_names(tree) - axes):
+        raise ValueError(f"{where} {expression!r} uses undefined axis `{name}`")
 
 
 def evaluate_axis_expression(expression: str, values: dict[str, int]) -> float:
@@ -177,11 +197,12 @@ def evaluate_axis_expression(expression: str, values: dict[str, int]) -> float:
 
 
 def _evaluate_expression(expression: str, values: dict[str, int]) -> float:
-    """Arithmetic over axis names only: + - * / // % ** and parentheses."""
+    """Arithmetic over axis names only: + - * / // % **, parentheses, min(...) and max(...)."""
     tree = ast.parse(expression, mode="eval")
     for node in ast.walk(tree):
-        if not isinstance(node, _ALLOWED_NODES):
-            raise ValueError(f"axis expression {expression!r} uses {type(node).__name__}")
-        if isinstance(node, ast.Name) and node.id not in values:
-            raise NameError(node.id)
-    return eval(compile(tree, "<axis>", "eval"), {"__builtins__": {}}, dict(values))  # noqa: S307
+        bad = _disallowed(node)
+        if bad:
+            raise ValueError(f"axis expression {expression!r} uses {bad}")
+    for name in sorted(_names(tree) - set(values)):
+        raise NameError(name)
+    return eval(compile(tree, "<axis>", "eval"), {"__builtins__": {}, **_FUNCTIONS}, dict(values))  # noqa: S307

@@ -276,9 +276,18 @@ def test_one_formula_and_the_other_counted():
     assert work.bytes_moved == 2 * 256 * 512 and work.total_matrix_flops == 268_435_456
 
 
+def test_formulas_may_take_min_and_max():
+    definition = define(GEMM_AXES, *GEMM_IO, "def run(A, B):\n    return A @ B.T\n",
+                        sol={"flops": "2 * M * N * K", "bytes": "2 * (min(M, 100) * K + max(N, 1) * K)"})
+    work = count_work(definition, random_workload(definition, M=256))
+    assert work.counted_on == "formula"
+    assert work.bytes_moved == 2 * (100 * 1024 + 512 * 1024)
+
+
 @pytest.mark.parametrize(("formula", "message"), [
     ({"flops": "2 * M * Q"}, "undefined axis `Q`"),
-    ({"bytes": "__import__('os')"}, "uses Call"),
+    ({"bytes": "__import__('os')"}, "uses a call other than min"),
+    ({"bytes": "min(M, key=N)"}, "uses a call other than min"),
     ({"flops": "2 *"}, "not an expression"),
     ({"typo": "1"}, "Extra inputs"),
 ])
