@@ -96,7 +96,8 @@ def main() -> None:
                          "ratio": median / reference, "spread": max(ours) / min(ours)})
             print(f"{name}: ours {ours} do_bench {reference:.4f}", flush=True)
     report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": torch.cuda.get_device_name(),
-              "command": f"python bench/evaluator_fidelity.py --repeats {args.repeats}", "rows": rows}
+              "command": f"python bench/evaluator_fidelity.py --repeats {args.repeats} --kernels {args.kernels}",
+              "rows": rows}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"fidelity on {report['hardware']}")
     print(f"{'kernel':14} {'ours ms':>10} {'do_bench ms':>12} {'ours/db':>8} {'max/min':>8}")

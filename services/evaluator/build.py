@@ -10,12 +10,10 @@ from pathlib import Path
 from services.evaluator.nvcc import BuildCache, build_cubin
 from services.evaluator.torchext import build_extension, module_name
 from shared.schema import Language, Solution, Status
+from shared.schema.solution import LANGUAGES_BY_DEVICE
 
 CUBIN_FILE = "kernels.cubin"
-SUPPORTED = {
-    "cpu": {Language.PYTORCH},
-    "cuda": {Language.PYTORCH, Language.TRITON, Language.CUDA, Language.CUDA_CPP},
-}
+SUPPORTED = LANGUAGES_BY_DEVICE
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from shared.repository import IN_FLIGHT, create_attempt, get_solution, put_solut
 from shared.runtime import Runtime
 from shared.schema import Solution
 from shared.schema.problem import load_problem
+from shared.schema.solution import runs_on
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5
@@ -190,7 +191,8 @@ def _claim(runtime: Runtime, assignment_id: int, holder: str, lease_s: float) ->
                      assignment.budget_attempts)
         return Job(assignment_id, campaign.id, problem.id, problem.name, campaign.device,
                    max(0, assignment.budget_attempts - made_before), made_before, assignment.language,
-                   assignment.parent_hash, assignment.guidance, tuple(_seeds(problem, assignment.language)))
+                   assignment.parent_hash, assignment.guidance,
+                   tuple(_seeds(problem, assignment.language, campaign.device)))
 
 
 def _release(runtime: Runtime, assignment_id: int, holder: str) -> None:
@@ -208,11 +210,12 @@ def _finish(runtime: Runtime, assignment_id: int, holder: str, status: str) -> N
                         .execution_options(synchronize_session=False))
 
 
-def _seeds(problem: ProblemRow, language: str | None) -> list[Solution]:
-    """The problem's seeds, only those in `language` when there are any."""
+def _seeds(problem: ProblemRow, language: str | None, device: str) -> list[Solution]:
+    """The problem's seeds that the campaign's device runs, only those in `language` when there
+    are any."""
     if not problem.source_path or not Path(problem.source_path).is_dir():
         return []
-    seeds = list(load_problem(Path(problem.source_path)).seeds)
+    seeds = [s for s in load_problem(Path(problem.source_path)).seeds if runs_on(s, device)]
     in_language = [s for s in seeds if language in {item.value for item in s.spec.languages}]
     return in_language or seeds
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import pytest
 from sqlalchemy import func, select
 
 from kernelswarm.launcher import RedisServer, Services, free_port
+from kernelswarm.up import cpu_sized
 from services.planner.campaign import create_campaign, stop_campaign
 from services.web import create_app
 from shared.celery_app import PLAN_TICK, make_celery
@@ -28,6 +30,16 @@ pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 PROBLEMS = REPO / "problems"
 DEADLINE_S = 420
+SMALL = ("llama31_8b_gemm_o_proj", "llama31_8b_rmsnorm", "llama31_8b_swiglu")  # the CPU-sized three
+
+
+@pytest.fixture
+def small_library(tmp_path) -> Path:
+    """Three of the shipped problems, so that a CPU campaign reaches every one in minutes."""
+    folder = tmp_path / "problems"
+    for name in SMALL:
+        shutil.copytree(PROBLEMS / name, folder / name)
+    return folder
 
 
 @pytest.fixture
@@ -37,8 +49,8 @@ def redis_url(tmp_path):
     server.stop()
 
 
-def fast_settings(tmp_path: Path, **extra) -> Settings:
-    return Settings(home=tmp_path / "home", problems_dir=PROBLEMS, writers=3,
+def fast_settings(tmp_path: Path, problems_dir: Path = PROBLEMS, **extra) -> Settings:
+    return Settings(home=tmp_path / "home", problems_dir=problems_dir, writers=3,
                     correctness_rounds=2, timing_sets=1, warmup_runs=1, timing_runs=5, timing_budget_s=0.3,
                     attempt_timeout_s=120, **extra)
 
@@ -52,9 +64,9 @@ def problems_with_best(db: Database, campaign_id: int) -> set[str]:
             .where(CampaignProblemRow.campaign_id == campaign_id, AttemptRow.status == "PASSED")))
 
 
-def test_campaign_reaches_passed_attempts_in_db_and_api(tmp_path, redis_url):
-    settings = fast_settings(tmp_path, redis_url=redis_url, attempts_per_assignment=1)
-    problems = [load_problem(p) for p in find_problems([PROBLEMS])]
+def test_campaign_reaches_passed_attempts_in_db_and_api(tmp_path, redis_url, small_library):
+    settings = fast_settings(tmp_path, small_library, redis_url=redis_url, attempts_per_assignment=1)
+    problems = [load_problem(p) for p in find_problems([small_library])]
     assert len(problems) == 3
     db = Database(settings.db_url)
     with db.session() as session:
@@ -117,4 +129,6 @@ def test_up_stops_by_itself_and_leaves_a_leaderboard(tmp_path):
                            text=True, timeout=60)
     assert board.returncode == 0, board.stderr
     names = {p["name"] for p in json.loads(board.stdout)["problems"]}
-    assert names == {"llama31_8b_rmsnorm", "llama31_8b_swiglu", "llama31_8b_gemm_o_proj"}
+    kept, left_out = cpu_sized([load_problem(p) for p in find_problems([PROBLEMS])])
+    assert names == {p.name for p in kept} and set(SMALL) <= names
+    assert left_out and f"leaving out {len(left_out)} problems too large for it" in up.stderr
