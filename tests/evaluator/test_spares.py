@@ -10,7 +10,7 @@ import pytest
 from services.evaluator.evaluate import evaluate
 from services.evaluator.spares import Spares
 from shared.schema import Status
-from tests.evaluator.evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
+from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
 
 GOOD = """
 import torch

@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.gpu,
 
 from services.evaluator.evaluate import evaluate  # noqa: E402
 from shared.schema import Solution, Status  # noqa: E402
-from tests.gpu.test_cuda_language import config, problem  # noqa: E402,F401 - shared fixtures
+from test_cuda_language import config, problem  # noqa: E402,F401 - shared fixtures
 
 CUDA_CPP = r"""
 #include <torch/extension.h>
