@@ -9,6 +9,7 @@ from shared.db import CampaignRow, Database
 from shared.errors import NotFoundError, UserError
 
 RUNNING, PAUSED = "RUNNING", "PAUSED"
+MAX_ID = 2**31 - 1  # ids are INTEGER columns: a larger one names no campaign (and overflows the driver)
 ACTIONS = {"pause": (RUNNING, PAUSED), "resume": (PAUSED, RUNNING)}  # action: (from, to)
 
 SendTick = Callable[[int], None]
@@ -24,6 +25,8 @@ def control(db: Database, campaign_id: int, action: str, send_tick: SendTick | N
     if action not in ACTIONS:
         raise NotFoundError(f"no campaign action {action!r} (pause or resume)")
     before, after = ACTIONS[action]
+    if not 1 <= campaign_id <= MAX_ID:
+        raise NotFoundError(f"no campaign {campaign_id}")
     with db.session() as session:
         campaign = session.get(CampaignRow, campaign_id)
         if campaign is None:

@@ -7,6 +7,7 @@ from markupsafe import Markup
 
 from services.web.db import get_db
 from services.web.leaderboard_cache import get_cache
+from services.web.campaigns import MAX_ID
 from shared.errors import UserError
 from shared.leaderboard import Leaderboard, LeaderboardEntry
 
@@ -57,6 +58,6 @@ def parse_campaign(value: str | None) -> int | None:
     """`?campaign=` absent or empty means every problem; anything else must be a positive integer."""
     if value is None or value == "":
         return None
-    if not value.isascii() or not value.isdigit() or int(value) < 1:
-        raise UserError(f"campaign must be a positive integer, got {value!r}")
+    if not value.isascii() or not value.isdigit() or len(value) > 10 or not 1 <= int(value) <= MAX_ID:
+        raise UserError(f"campaign must be a positive integer up to {MAX_ID}, got {value[:40]!r}")
     return int(value)

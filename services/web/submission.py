@@ -21,6 +21,7 @@ from shared.db import CampaignProblemRow, CampaignRow, Database, ProblemRow
 from shared.errors import FormatError, UserError
 from shared.repository import create_attempt, put_solution, upsert_problem
 from shared.schema import BuildSpec, Hardware, Language, Problem, SafetensorsInput, Solution, SourceFile, load_problem
+from shared.schema.base import child_path
 from shared.store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -30,6 +31,8 @@ FILE_NAMES = {DEFINITION: "definition.json", WORKLOADS: "workload.jsonl"}
 MAX_BYTES = {DEFINITION: 256 * 1024, WORKLOADS: 1024 * 1024}
 MAX_REQUEST_BYTES = 2 * 1024 * 1024 + 64 * 1024  # both fields at their limits, plus the rest of the form
 MAX_WORKLOADS = 1000
+MAX_OP_TYPE = 64  # problems.op_type
+MAX_UUID = 64  # traces.workload_uuid
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 CAMPAIGNS_TAKING_PROBLEMS = ("RUNNING", "PAUSED")
 REFERENCE_FILE = "reference.py"
@@ -60,22 +63,35 @@ def validate(definition_text: str, workloads_text: str) -> Problem:
     texts = {DEFINITION: definition_text, WORKLOADS: workloads_text}
     errors: dict[str, list[str]] = {}
     for field, text in texts.items():
-        if not text.strip():
-            errors.setdefault(field, []).append(f"{FILE_NAMES[field]} is empty")
-        elif len(text.encode()) > MAX_BYTES[field]:
-            errors.setdefault(field, []).append(f"{FILE_NAMES[field]} is larger than {MAX_BYTES[field] // 1024} KiB")
+        message = _text_error(text, field)
+        if message:
+            errors.setdefault(field, []).append(message)
     if errors:
         raise SubmissionError(errors)
     with tempfile.TemporaryDirectory(prefix="kernelswarm-submit-") as folder:
         root = Path(folder)
         for field, text in texts.items():
-            (root / FILE_NAMES[field]).write_text(text)
+            (root / FILE_NAMES[field]).write_text(text, encoding="utf-8")
         try:
             problem = load_problem(root, with_seeds=False)
         except FormatError as error:
             raise SubmissionError(_by_field(str(error), root)) from None
     _check_web_rules(problem)
+    _check_storable(problem)
     return dataclasses.replace(problem, root=None)
+
+
+def _text_error(text: str, field: str) -> str | None:
+    """Empty, too large, or not writable as UTF-8 (a lone surrogate, which JSON's `\\ud800` can carry)."""
+    if not text.strip():
+        return f"{FILE_NAMES[field]} is empty"
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError as error:
+        return f"{FILE_NAMES[field]} is not UTF-8 text: character {error.start} is a lone surrogate"
+    if size > MAX_BYTES[field]:
+        return f"{FILE_NAMES[field]} is larger than {MAX_BYTES[field] // 1024} KiB"
+    return None
 
 
 def _by_field(message: str, root: Path) -> dict[str, list[str]]:
@@ -102,8 +118,24 @@ def _check_web_rules(problem: Problem) -> None:
         for name, spec in workload.inputs.items():
             if isinstance(spec, SafetensorsInput):
                 raise SubmissionError({WORKLOADS: [
-                    f"workload.jsonl: workload {number}: $.inputs.{name}: safetensors inputs need files "
+                    f"workload.jsonl: workload {number}: {child_path('$.inputs', name)}: safetensors inputs need files "
                     "that the form cannot take; use `random`, `scalar` or `custom` inputs"]})
+
+
+def _check_storable(problem: Problem) -> None:
+    """What the DB's columns hold (PostgreSQL refuses what SQLite lets pass): `op_type` in 64
+    characters, no NUL in the text columns, workload uuids in 64 characters (traces rows)."""
+    definition = problem.definition
+    for key in ("op_type", "description"):
+        value = getattr(definition, key)
+        if value is not None and "\x00" in value:
+            raise SubmissionError({DEFINITION: [f"definition.json: $.{key}: must not contain a NUL character"]})
+    if definition.op_type is not None and len(definition.op_type) > MAX_OP_TYPE:
+        raise SubmissionError({DEFINITION: [f"definition.json: $.op_type: longer than {MAX_OP_TYPE} characters"]})
+    for number, workload in enumerate(problem.workloads, start=1):
+        if len(workload.uuid) > MAX_UUID or "\x00" in workload.uuid:
+            raise SubmissionError({WORKLOADS: [
+                f"workload.jsonl: workload {number}: $.uuid: must be at most {MAX_UUID} characters, without NUL"]})
 
 
 def reference_solution(problem: Problem) -> Solution:

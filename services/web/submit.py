@@ -47,7 +47,10 @@ def submit() -> str | tuple[str, int]:
 @bp.post("/api/problems")
 def api_submit() -> tuple[Response, int]:
     auth.require_bearer(request)
-    body = request.get_json(silent=True)
+    try:
+        body = request.get_json(silent=True)
+    except RecursionError:  # nested deeper than the JSON decoder recurses; silent= covers ValueError only
+        body = None
     if not isinstance(body, dict) or not isinstance(body.get(DEFINITION), str) \
             or not isinstance(body.get(WORKLOADS), str):
         return jsonify(error="send JSON {\"definition\": \"<definition.json>\", \"workloads\": \"<workload.jsonl>\"}",

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import ast
+import math
+import operator
 from enum import Enum
 from typing import Annotated, Literal, Union
 
 from pydantic import Field, NonNegativeInt, model_validator
 
-from shared.schema.base import Frozen, NonEmptyStr
+from shared.schema.base import Frozen, NonEmptyStr, shown
 
 
 class AxisConst(Frozen):
@@ -85,7 +87,7 @@ class Definition(Frozen):
             raise ValueError("reference must define a top-level function `run`")
         entry = self.custom_inputs_entrypoint
         if entry is not None and entry not in functions:
-            raise ValueError(f"custom_inputs_entrypoint `{entry}` is not a top-level function of the reference")
+            raise ValueError(f"custom_inputs_entrypoint `{shown(entry)}` is not a top-level function of the reference")
         overlap = set(self.inputs) & set(self.outputs)
         if overlap:
             raise ValueError(f"names used as both input and output: {sorted(overlap)}")
@@ -96,12 +98,9 @@ class Definition(Frozen):
             for name, spec in tensors.items():
                 for axis in spec.shape or []:
                     if not axis.isdigit() and axis not in self.axes:
-                        raise ValueError(f"{kind} `{name}` uses undefined axis `{axis}`")
+                        raise ValueError(f"{kind} `{shown(name)}` uses undefined axis `{shown(axis)}`")
         for constraint in self.constraints:
-            try:
-                ast.parse(constraint, mode="eval")
-            except SyntaxError as error:
-                raise ValueError(f"constraint {constraint!r} is not a Python expression: {error.msg}") from None
+            _parse(constraint, "eval", f"constraint {_quote(constraint)} is not a Python expression")
         for key, expression in (("flops", self.sol.flops), ("bytes", self.sol.bytes)) if self.sol else ():
             if expression is not None:
                 _check_axis_expression(f"sol.{key}", expression, set(self.axes))
@@ -131,9 +130,12 @@ class Definition(Frozen):
             progressed = False
             for name, expression in list(pending.items()):
                 try:
-                    values[name] = int(_evaluate_expression(expression, values))
+                    value = int(_evaluate_expression(expression, values))
                 except NameError:
                     continue
+                if value < 0:
+                    raise ValueError(f"axis `{shown(name)}` = {_quote(expression)} is negative ({value})")
+                values[name] = value
                 del pending[name]
                 progressed = True
             if not progressed:
@@ -147,10 +149,25 @@ class Definition(Frozen):
 
 
 def _parse_reference(source: str) -> ast.Module:
+    return _parse(source, "exec", "reference is not valid Python")
+
+
+def _quote(text: str, limit: int = 80) -> str:
+    """`text` as a repr short enough for a message."""
+    return repr(text) if len(text) <= limit else repr(text[:limit]) + f" (+{len(text) - limit} characters)"
+
+
+def _parse(source: str, mode: str, what: str) -> ast.AST:
+    """`ast.parse`, every way it refuses a text a ValueError: CPython's parser reports nesting too
+    deep for its stack as MemoryError or RecursionError, and a NUL character as ValueError."""
     try:
-        return ast.parse(source, mode="exec")
+        return ast.parse(source, mode=mode)
     except SyntaxError as error:
-        raise ValueError(f"reference is not valid Python: line {error.lineno}: {error.msg}") from None
+        raise ValueError(f"{what}: line {error.lineno}: {error.msg}") from None
+    except (MemoryError, RecursionError):
+        raise ValueError(f"{what}: nested too deeply") from None
+    except ValueError as error:
+        raise ValueError(f"{what}: {error}") from None
 
 
 _ALLOWED_NODES = (
@@ -160,6 +177,10 @@ _ALLOWED_NODES = (
 
 
 _FUNCTIONS = {"min": min, "max": max}  # the only calls an expression may make
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+MAX_EXPRESSION_VALUE = 2**256  # far above any size or work count; keeps `9**9**9` from eating the CPU
 
 
 def _disallowed(node: ast.AST) -> str | None:
@@ -179,16 +200,13 @@ def _names(tree: ast.AST) -> set[str]:
 
 
 def _check_axis_expression(where: str, expression: str, axes: set[str]) -> None:
-    try:
-        tree = ast.parse(expression, mode="eval")
-    except SyntaxError as error:
-        raise ValueError(f"{where} {expression!r} is not an expression: {error.msg}") from None
+    tree = _parse(expression, "eval", f"{where} {_quote(expression)} is not an expression")
     for node in ast.walk(tree):
         bad = _disallowed(node)
         if bad:
-            raise ValueError(f"{where} {expression!r} uses {bad}")
+            raise ValueError(f"{where} {_quote(expression)} uses {bad}")
     for name in sorted(_names(tree) - axes):
-        raise ValueError(f"{where} {expression!r} uses undefined axis `{name}`")
+        raise ValueError(f"{where} {_quote(expression)} uses undefined axis `{name}`")
 
 
 def evaluate_axis_expression(expression: str, values: dict[str, int]) -> float:
@@ -197,12 +215,38 @@ def evaluate_axis_expression(expression: str, values: dict[str, int]) -> float:
 
 
 def _evaluate_expression(expression: str, values: dict[str, int]) -> float:
-    """Arithmetic over axis names only: + - * / // % **, parentheses, min(...) and max(...)."""
-    tree = ast.parse(expression, mode="eval")
+    """Arithmetic over axis names only: + - * / // % **, parentheses, min(...) and max(...).
+    A result that is not a finite number up to MAX_EXPRESSION_VALUE is a ValueError."""
+    tree = _parse(expression, "eval", f"axis expression {_quote(expression)} is not an expression")
     for node in ast.walk(tree):
         bad = _disallowed(node)
         if bad:
-            raise ValueError(f"axis expression {expression!r} uses {bad}")
+            raise ValueError(f"axis expression {_quote(expression)} uses {bad}")
     for name in sorted(_names(tree) - set(values)):
         raise NameError(name)
-    return eval(compile(tree, "<axis>", "eval"), {"__builtins__": {}, **_FUNCTIONS}, dict(values))  # noqa: S307
+    try:
+        return _value(tree.body, values)
+    except (ArithmeticError, TypeError, RecursionError) as error:  # x/0, 10.0**400, min(1), deep trees
+        raise ValueError(f"axis expression {_quote(expression)} cannot be evaluated: {error}") from None
+
+
+def _value(node: ast.AST, values: dict[str, int]) -> float:
+    """One checked node of `_evaluate_expression`'s tree, evaluated bottom up."""
+    if isinstance(node, ast.Constant):
+        if not isinstance(node.value, (int, float)):
+            raise TypeError(f"{node.value!r} is not a number")
+        result = node.value
+    elif isinstance(node, ast.Name):
+        result = values[node.id]
+    elif isinstance(node, ast.UnaryOp):
+        result = _UNARY[type(node.op)](_value(node.operand, values))
+    elif isinstance(node, ast.Call):
+        result = _FUNCTIONS[node.func.id](*(_value(arg, values) for arg in node.args))
+    else:
+        left, right = _value(node.left, values), _value(node.right, values)
+        if isinstance(node.op, ast.Pow) and abs(left) > 1 and abs(right) * math.log2(abs(left)) > 256:
+            raise OverflowError(f"{left} ** {right} is too large")
+        result = _BINARY[type(node.op)](left, right)
+    if isinstance(result, complex) or math.isnan(result) or abs(result) > MAX_EXPRESSION_VALUE:
+        raise OverflowError(f"{result!r} is not a finite number up to 2**256")
+    return result

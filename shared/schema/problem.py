@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.errors import FormatError
-from shared.schema.base import parse_model, read_json, read_jsonl
+from shared.schema.base import child_path, parse_model, read_json, read_jsonl, shown
 from shared.schema.definition import AxisVar, Definition
 from shared.schema.solution import Solution
 from shared.schema.workload import CustomInput, ScalarInput, Workload
@@ -65,21 +65,21 @@ def check_workload(definition: Definition, workload: Workload, source: str) -> N
 
     for name in workload.axes:
         if name not in definition.axes:
-            fail(f"$.axes.{name}", f"not an axis of {definition.name}")
+            fail(child_path("$.axes", name), f"not an axis of {definition.name}")
         elif not isinstance(definition.axes[name], AxisVar):
-            fail(f"$.axes.{name}", "only `var` axes take a value in a workload")
+            fail(child_path("$.axes", name), "only `var` axes take a value in a workload")
     for name, axis in definition.axes.items():
         if isinstance(axis, AxisVar) and name not in workload.axes:
-            fail("$.axes", f"no value for var axis `{name}`")
+            fail("$.axes", f"no value for var axis `{shown(name)}`")
     if set(workload.inputs) != set(definition.inputs):
         missing = sorted(set(definition.inputs) - set(workload.inputs))
         extra = sorted(set(workload.inputs) - set(definition.inputs))
         fail("$.inputs", f"inputs do not match the definition (missing {missing}, unknown {extra})")
     for name, spec in workload.inputs.items():
         if isinstance(spec, CustomInput) and definition.custom_inputs_entrypoint is None:
-            fail(f"$.inputs.{name}", "custom input but the definition has no custom_inputs_entrypoint")
+            fail(child_path("$.inputs", name), "custom input but the definition has no custom_inputs_entrypoint")
         if definition.inputs[name].shape is None and not isinstance(spec, (ScalarInput, CustomInput)):
-            fail(f"$.inputs.{name}", "a scalar (shape null) input must be `scalar` or `custom`")
+            fail(child_path("$.inputs", name), "a scalar (shape null) input must be `scalar` or `custom`")
     try:
         definition.resolve_axes(workload.axes)
     except ValueError as error:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import AliasChoices, Field, NonNegativeInt, model_validator
+from pydantic import AliasChoices, ConfigDict, Field, NonNegativeInt, model_validator
 
 from shared.schema.base import Frozen, NonEmptyStr
 
@@ -13,7 +13,13 @@ class RandomInput(Frozen):
     type: Literal["random"] = "random"
 
 
+# NaN and infinities would be written back as `null` (JSON has neither), which does not load.
+FINITE = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
 class ScalarInput(Frozen):
+    model_config = FINITE
+
     type: Literal["scalar"] = "scalar"
     value: Union[bool, int, float]
 
@@ -44,6 +50,8 @@ class Tolerance(Frozen):
     The published SOL-ExecBench data spells the ratio both `required_matched_ratio` and
     `required_match_ratio`; both are read, the first is written.
     """
+
+    model_config = FINITE
 
     max_atol: float = 1e-2
     max_rtol: float = 1e-2
