@@ -349,8 +349,13 @@ def count_work(definition: Definition, workload: Workload, problem_root: Path | 
 def _from_formulas(definition: Definition, axes: dict[str, int]) -> WorkCount:
     precision = input_precision(definition)
     formulas = definition.sol
-    flops = int(evaluate_axis_expression(formulas.flops, axes)) if formulas.flops else 0
-    moved = int(evaluate_axis_expression(formulas.bytes, axes)) if formulas.bytes else 0
+    try:
+        flops = int(evaluate_axis_expression(formulas.flops, axes)) if formulas.flops else 0
+        moved = int(evaluate_axis_expression(formulas.bytes, axes)) if formulas.bytes else 0
+    except (ValueError, ArithmeticError, NameError) as error:
+        raise SolCountError(f"the definition's sol formulas cannot be evaluated for {axes}: {error}") from None
+    if flops < 0 or moved < 0:
+        raise SolCountError(f"the definition's sol formulas give negative work for {axes}")
     return WorkCount(MappingProxyType({precision: flops}), 0, moved, 0, 0, 0, precision,
                      solar_precision(definition), "formula")
 

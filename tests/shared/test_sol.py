@@ -284,6 +284,15 @@ def test_formulas_may_take_min_and_max():
     assert work.bytes_moved == 2 * (100 * 1024 + 512 * 1024)
 
 
+def test_a_formula_that_fails_on_a_workload_is_a_count_error():
+    definition = define(GEMM_AXES, *GEMM_IO, "def run(A, B):\n    return A @ B.T\n",
+                        sol={"flops": "2 * N * K // (M - 256)", "bytes": "N - M"})
+    with pytest.raises(SolCountError, match="cannot be evaluated"):
+        count_work(definition, random_workload(definition, M=256))
+    with pytest.raises(SolCountError, match="negative work"):
+        count_work(definition, random_workload(definition, M=1024))
+
+
 @pytest.mark.parametrize(("formula", "message"), [
     ({"flops": "2 * M * Q"}, "undefined axis `Q`"),
     ({"bytes": "__import__('os')"}, "uses a call other than min"),
