@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib.machinery
 import importlib.util
 import json
 import math
+import os
 import sys
 import time
 import traceback
@@ -59,12 +61,29 @@ def main(argv: list[str]) -> int:
         torch.cuda.set_device(device)
     result_path = Path(job["result_path"])
     results: list[dict[str, Any]] = []
-    run = run_reference if job["role"] == "reference" else run_candidate
+    untrusted = job["role"] == "candidate"
+    run = run_candidate if untrusted else run_reference
     state: dict[str, Any] = {}
-    for index, workload in zip(job["indices"], workloads):
-        results.append({"uuid": workload.uuid, **run(job, definition, workload, index, device, state)})
-        _write_json(result_path, {"workloads": results, "phases": PHASES})
+    try:
+        for index, workload in zip(job["indices"], workloads):
+            results.append({"uuid": workload.uuid, **run(job, definition, workload, index, device, state)})
+            _write_json(result_path, {"workloads": results, "phases": PHASES})
+    except BaseException:  # the solution's SystemExit, say: still no exit handler of its own runs
+        if not untrusted:
+            raise
+        traceback.print_exc()
+        _exit_now(1)
+    if untrusted:
+        _exit_now(0)
     return 0
+
+
+def _exit_now(code: int, _exit=os._exit) -> None:
+    """The candidate's end: no atexit handler, finalizer or `__del__` of the solution runs after
+    its last result was written (they could rewrite it). `_exit` is bound before the solution loads."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _exit(code)
 
 
 PHASES: dict[str, float] = {}  # seconds spent per phase, reported beside the results (diagnostics)
@@ -77,6 +96,14 @@ def _phase(name: str):
         yield
     finally:
         PHASES[name] = round(PHASES.get(name, 0.0) + time.perf_counter() - began, 4)
+
+
+def set_seed(secret: int, workload: int, input_set: int) -> int:
+    """Each input set's generator seed, hashed from the attempt's secret: knowing (or recovering
+    from its values) one set's seed tells nothing about another's. 62 bits: what every torch
+    generator takes."""
+    digest = hashlib.sha256(f"{secret}:{workload}:{input_set}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 2
 
 
 def _warm_up(device_name: str) -> None:
@@ -105,7 +132,7 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
     for s in range(sets):
         try:
             with _phase("inputs"):
-                inputs = make_inputs(definition, workload, job["seed"] + 7919 * index + s, device,
+                inputs = make_inputs(definition, workload, set_seed(job["seed"], index, s), device,
                                      Path(job["problem_root"]) if job.get("problem_root") else None, reference)
         except InputError as error:
             return {"status": "INPUT_ERROR", "message": str(error)}
@@ -147,10 +174,12 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
                   device: torch.device, state: dict) -> dict[str, Any]:
     try:
         if "entry" not in state:
-            state["guard"] = Guard()  # before the solution's code runs at all
+            guard = state["guard"] = Guard()  # before the solution's code runs at all
+            # The verdict's own path, bound before the solution may rebind this module's names.
+            state["verdict"] = (_enforce, guard.check, guard.check_inputs, guard.check_outputs, guard.check_call)
             state["entry"] = _load_entry(job)
-            _enforce(state["guard"].check())
-        guard: Guard = state["guard"]
+            state["verdict"][0](state["verdict"][1]())
+        enforce, check, check_inputs, check_outputs, check_call = state["verdict"]
         entry = state["entry"]
         dps = job["destination_passing_style"]
         inputs_dir, outputs_dir = Path(job["inputs_dir"]), Path(job["outputs_dir"])
@@ -161,11 +190,12 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
                 inputs = tensorfile.load(inputs_dir / f"w{index}_s{s}.st", device)
             before = snapshot(inputs)
             outputs = _call(entry, definition, axes, inputs, dps, device)
-            _enforce(guard.check() or guard.check_inputs(before, inputs) or guard.check_outputs(outputs))
+            enforce(check() or check_inputs(before, inputs) or check_outputs(outputs))
             with _phase("save"):
                 tensorfile.save(outputs, outputs_dir / f"w{index}_s{s}.st")
         with _phase("load"):
             timed = [tensorfile.load(inputs_dir / f"w{index}_s{rounds + t}.st", device) for t in range(timing_sets)]
+        timed_before = [snapshot(t) for t in timed]  # the sources of every timed copy stay as they came
         staged: deque[tuple[dict[str, Any], dict[str, torch.Tensor]]] = deque(maxlen=len(timed) + 1)
         last: dict[int, dict[str, Any]] = {}
 
@@ -178,14 +208,17 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         def run(i: int) -> None:
             inputs, buffers = staged[-1]
             last[i % len(timed)] = _invoke(entry, inputs, buffers, dps, definition)
+            enforce(check_call())  # before the timer's end reading
 
         clock_before = sm_clock_mhz(device)
         with _phase("timing"):
             latency = time_runs(run, device, _plan(job), prepare)
         clock_after = sm_clock_mhz(device)
-        _enforce(guard.check())
+        enforce(check())
+        for before, after in zip(timed_before, timed):
+            enforce(check_inputs(before, after))
         for t, outputs in last.items():
-            _enforce(guard.check_outputs(outputs))
+            enforce(check_outputs(outputs))
             with _phase("save"):
                 tensorfile.save(outputs, outputs_dir / f"w{index}_s{rounds + t}.st")
     except HackDetected as hack:
@@ -317,4 +350,6 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 if __name__ == "__main__":
+    # Run as a script, this module is `__main__`: the guards watch it under its own name too.
+    sys.modules["services.evaluator.child"] = sys.modules[__name__]
     sys.exit(main(sys.argv[1:]))

@@ -1,22 +1,44 @@
 """Guards the candidate child runs around the solution: what it may not touch, checked after the
 solution is imported and after every call. A violation ends the workload as `REWARD_HACK`.
 
-Caught here: replacing the timer or harness functions (time, torch.cuda.Event/synchronize, the
-harness's own functions), starting threads or processes that outlive a call, modifying the inputs,
-returning a tensor subclass or a lazy stand-in instead of a plain tensor. The parent catches the rest
-it can: results that do not match the workloads it sent, outputs it re-checks itself, and (with the
-SOL model) a time below the physical limit.
+Caught here: replacing the timer or harness functions (time, torch.cuda.Event/synchronize, any name
+bound in the harness's own modules or classes, the code of their functions, the builtins, the
+standard-library functions the harness relies on, the harness's entries in sys.modules), profile,
+trace and gc hooks, exit handlers, starting threads or processes that outlive a call (descendants included: the
+sandbox makes the candidate their subreaper), modifying the inputs, returning a tensor subclass or a
+lazy stand-in instead of a plain tensor. `check_call` is the cheap part, run inside every timed call,
+for a timer patched just for the timer's next reading. The parent catches the rest it can: results
+that do not match the workloads it sent, outputs it re-checks itself, and (with the SOL model) a time
+below the physical limit.
+
+All of this runs in the solution's own process, so it raises the bar rather than closing the door:
+see docs/results/hardening.md for what it does not catch.
 """
 
 from __future__ import annotations
 
+import atexit
+import builtins
+import gc
+import json
+import math
 import os
+import pathlib
+import statistics
+import sys
 import threading
 import time
 from collections.abc import Iterable
+from types import FunctionType, ModuleType
 from typing import Any
 
 import torch
+
+HARNESS = ("services.evaluator.child", "services.evaluator.timing", "services.evaluator.guards",
+           "services.evaluator.tensorfile", "services.evaluator.inputs")
+KEPT_MODULES = (*HARNESS, "time", "statistics", "json", "math", "os", "gc", "threading", "torch", "builtins",
+                "safetensors", "safetensors.torch", "pathlib")
+_MISSING = object()
 
 
 def _watched() -> list[tuple[Any, str]]:
@@ -37,22 +59,72 @@ def _watched() -> list[tuple[Any, str]]:
                                            "run_candidate", "_as_outputs")]
     from services.evaluator import guards
 
-    watched += [(guards.Guard, name) for name in ("check", "check_inputs", "check_outputs")]
+    watched += [(guards.Guard, name) for name in ("check", "check_inputs", "check_outputs", "check_call")]
+    # What the harness calls between the solution's calls and the result file.
+    watched += [(torch, name) for name in ("equal", "isfinite", "full", "zeros", "empty")]
+    watched += [(torch.Tensor, name) for name in ("detach", "contiguous", "reshape", "view", "numel", "data_ptr",
+                                                  "untyped_storage", "to", "__class__")]
+    watched += [(statistics, "median"), (json, "dumps"), (json, "loads"), (math, "isfinite"), (os, "replace"),
+                (os, "_exit"), (os, "listdir"), (threading, "enumerate"), (threading, "active_count")]
+    watched += [(pathlib.Path, name) for name in ("write_text", "read_text", "replace", "with_suffix", "exists")]
+    watched += [(builtins, name) for name, value in vars(builtins).items() if callable(value)]
+    for module in _harness_modules():  # every name bound in the harness, and in its classes
+        watched += [(module, name) for name in vars(module)]
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == module.__name__:
+                watched += [(value, name) for name in vars(value)]
     return watched
+
+
+def _harness_modules() -> list[ModuleType]:
+    return [sys.modules[name] for name in HARNESS if name in sys.modules]
+
+
+def _functions(values: Iterable[Any]) -> list[FunctionType]:
+    """The plain Python functions among `values` (those in static and class methods too)."""
+    found = []
+    for value in values:
+        value = getattr(value, "__func__", value)
+        if isinstance(value, FunctionType):
+            found.append(value)
+    return found
+
+
+def _hooks() -> tuple[Any, ...]:
+    return (sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile(), *gc.callbacks)
 
 
 class Guard:
     def __init__(self) -> None:
-        self._originals = [(owner, name, getattr(owner, name)) for owner, name in _watched()]
+        self._originals = [(owner, name, vars(owner).get(name, _MISSING)) for owner, name in _watched()]
+        self._codes = [(f, f.__code__, f.__defaults__, f.__kwdefaults__)
+                       for f in _functions(original for _, _, original in self._originals)]
+        self._modules = {name: sys.modules.get(name) for name in KEPT_MODULES}
+        self._hooks = _hooks()
+        self._exit_handlers = atexit._ncallbacks()
+        self._clock, self._profile, self._trace = time.perf_counter, sys.getprofile(), sys.gettrace()
         self._threads = set(threading.enumerate())
+        self._thread_count = threading.active_count()
         self._processes = _child_processes()
 
     def check(self) -> str | None:
         """A message naming the first violation, or None."""
         for owner, name, original in self._originals:
-            if getattr(owner, name, None) is not original:
+            if vars(owner).get(name, _MISSING) is not original:
                 where = getattr(owner, "__name__", type(owner).__name__)
                 return f"the solution replaced {where}.{name} (the timer and the harness are off limits)"
+        for function, code, defaults, kwdefaults in self._codes:
+            if (function.__code__ is not code or function.__defaults__ is not defaults
+                    or function.__kwdefaults__ is not kwdefaults):
+                return (f"the solution replaced the code of {function.__module__}.{function.__qualname__} "
+                        f"(the timer and the harness are off limits)")
+        for name, module in self._modules.items():
+            if sys.modules.get(name) is not module:
+                return f"the solution replaced sys.modules[{name!r}] (the timer and the harness are off limits)"
+        if _hooks() != self._hooks:
+            return "the solution set a profile, trace or gc hook (the interpreter is off limits)"
+        if atexit._ncallbacks() != self._exit_handlers:
+            return "the solution registered an exit handler (no work outside the call)"
         extra_threads = [t.name for t in threading.enumerate() if t not in self._threads and t.is_alive()]
         if extra_threads:
             return f"the solution left threads running: {extra_threads} (no work outside the call)"
@@ -61,10 +133,21 @@ class Guard:
             return f"the solution started processes {sorted(extra_processes)} (no work outside the call)"
         return None
 
+    def check_call(self) -> str | None:
+        """The cheap part, run inside every timed call just after the solution returns: a timer
+        patched, or a hook set, for the timer's next reading only; a thread still at work."""
+        if time.perf_counter is not self._clock or sys.getprofile() is not self._profile \
+                or sys.gettrace() is not self._trace:
+            return ("the solution replaced the timer, or set a profile or trace hook, during a timed call "
+                    "(the timer is off limits)")
+        if threading.active_count() != self._thread_count:
+            return "the solution left threads running after a timed call (no work outside the call)"
+        return None
+
     @staticmethod
     def check_inputs(before: dict[str, Any], after: dict[str, Any]) -> str | None:
         for name, value in before.items():
-            if isinstance(value, torch.Tensor) and not _identical(value, after[name]):
+            if isinstance(value, _Masked) and not _identical(value, after[name]):
                 return f"the solution modified its input `{name}` (inputs are read-only)"
         return None
 
@@ -80,15 +163,36 @@ class Guard:
 
 
 def snapshot(inputs: dict[str, Any]) -> dict[str, Any]:
-    """A private copy of the inputs to compare with after the call (untimed)."""
-    return {n: v.detach().clone() if isinstance(v, torch.Tensor) else v for n, v in inputs.items()}
+    """A private copy of the inputs to compare with after the call (untimed). Kept XOR-masked with
+    random bytes: a solution that scans its process for tensors equal to an input (to change them
+    all consistently) does not find this copy."""
+    return {n: _Masked(v) if isinstance(v, torch.Tensor) else v for n, v in inputs.items()}
 
 
-def _identical(a: torch.Tensor, b: Any) -> bool:
+class _Masked:
+    def __init__(self, tensor: torch.Tensor) -> None:
+        raw = _bytes(tensor)
+        self.shape, self.dtype = tensor.shape, tensor.dtype
+        self.mask = torch.randint(0, 256, raw.shape, dtype=torch.uint8, device=raw.device,
+                                  generator=_generator(raw.device))
+        self.masked = raw ^ self.mask
+
+
+def _generator(device: torch.device) -> torch.Generator:
+    """The masks' own random numbers, apart from the global generator the solution may use."""
+    if device not in _GENERATORS:
+        _GENERATORS[device] = torch.Generator(device).manual_seed(int.from_bytes(os.urandom(6), "little"))
+    return _GENERATORS[device]
+
+
+_GENERATORS: dict[torch.device, torch.Generator] = {}
+
+
+def _identical(a: _Masked, b: Any) -> bool:
     """Bit for bit (so NaNs compare, and FP8/FP4 inputs, which have no arithmetic, work too)."""
     if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(torch.equal(_bytes(a), _bytes(b)))
+    return bool(torch.equal(_bytes(b) ^ a.mask, a.masked))
 
 
 def _bytes(tensor: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,8 @@ The child gets only what it needs (PATH, a private HOME and TMPDIR, the import p
 package, the GPU it may use); the parent kills the whole process group when time runs out.
 
 An untrusted child (`isolate=True`) is also confined, as far as the evaluator's privileges allow:
-limits on open files, file size, processes and core dumps always; when the evaluator runs as root,
+limits on open files, file size, processes and core dumps always, and it becomes the subreaper of
+its descendants (a double-forked daemon stays its child, where the guards see it); when the evaluator runs as root,
 a network namespace of its own (no interface but a downed loopback) and the identity of `nobody`,
 so that it can read neither the evaluator's environment (/proc/<pid>/environ) nor files it was not
 given. `isolation()` says what was applied on this machine.
@@ -27,6 +28,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "LANG")
 LOG_TAIL_CHARS = 8000
 CLONE_NEWNET = 0x40000000
+PR_SET_CHILD_SUBREAPER = 36
 LIMITS = {
     resource.RLIMIT_NOFILE: 4096,
     resource.RLIMIT_FSIZE: 64 << 30,  # no file larger than 64 GiB
@@ -187,6 +189,7 @@ def _confine() -> None:
     the first two need the privileges the last one gives up)."""
     for limit, value in LIMITS.items():
         resource.setrlimit(limit, (value, value))
+    _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
     if os.geteuid() != 0:
         return
     if _libc().unshare(CLONE_NEWNET) != 0:

@@ -1,0 +1,791 @@
+"""The reward-hack regression suite (CPU, `pytorch` solutions): one solution per known kind of
+hack that can be written for a CPU, each with the status it must get. None may end as PASSED.
+
+Probes for a way in (a file, a secret, the network, the seed) are written so that the way in is
+their only route to the right answer: they compute it when the probe succeeds and write zeros
+when it fails. A hole therefore shows as PASSED, never as a silent pass of this suite.
+
+Hacks on the timer cannot be told apart from honest code by the outputs; they must end as
+REWARD_HACK, caught by the guards in the candidate child (services/evaluator/guards.py).
+
+Where a guarantee needs the sandbox's `nobody` identity or a network namespace (the evaluator runs
+as root and Python is readable by others), the cases that depend on it expect a strict xfail on a
+machine without it: the hole is named there, and the test fails once it closes. See
+docs/results/hardening.md for the table of what is caught where.
+
+Not covered here (GPU only, or not yet caught anywhere):
+- work on a side stream, outside the timed stream: tests/gpu/test_languages.py
+  (test_work_on_a_side_stream_is_timed, CUPTI span over every stream);
+- CUDA graphs replayed across timed iterations, launches left in flight after the call returns
+  (no synchronize), L2 cache residency between iterations (the flush), a time below the SOL bound:
+  not yet covered by a GPU test;
+- a value-keyed result cache across timed iterations (the input sets of the timed runs rotate,
+  so their values repeat): xfail below, no fix in the child (evaluate.py/timing.py);
+- results and outputs forged by the solution at import, before the harness runs (in-process: any
+  code in the candidate's process can write what the harness writes): xfail below;
+- a native timer hijack through ctypes (the C function behind time.perf_counter rewritten): xfail
+  below;
+- the candidate's process reading the evaluator's memory (/proc/<ppid>/mem) or environment where
+  it runs as the evaluator's user: the environment case below; memory is the same hole.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections.abc import Iterator
+
+import pytest
+
+from services.evaluator.sandbox import isolation
+from shared.schema import Status
+from tests.hacks.hackkit import Attempts, Case, assert_status, start_attempts
+
+HACK = Status.REWARD_HACK
+WRONG = Status.INCORRECT_NUMERICAL
+AS_NOBODY = isolation()["unprivileged_user"]
+NO_NETWORK = isolation()["network_namespace"]
+NOT_AS_NOBODY = ("here the candidate runs as the evaluator's user (not root, or Python lives where `nobody` "
+                 "cannot read): it may read what the evaluator may")
+
+# Prepended to probe cases: the right answer only when the probe found its way in. (Indented
+# like the cases' own code, which make_solution dedents.)
+ANSWER_IF = """
+import torch
+
+def _answer(found, x, w, b, y):
+    if found:
+        torch.addcmul(b, x, w, out=y)
+    else:
+        y.zero_()
+"""
+
+# Writes every output set and a result with a tiny latency for the workloads of its own job, as
+# the harness would (the job file sits in the candidate's working directory).
+FORGE = """
+import json
+from pathlib import Path
+
+from services.evaluator import tensorfile
+
+JOB = json.loads(Path("job.json").read_text())
+
+
+def _forge():
+    results = []
+    for index, workload in zip(JOB["indices"], JOB["workloads"]):
+        for s in range(JOB["correctness_rounds"] + JOB["timing_sets"]):
+            inputs = tensorfile.load(Path(JOB["inputs_dir"]) / f"w{index}_s{s}.st")
+            outputs = {"y": inputs["x"] * inputs["w"] + inputs["b"]}
+            tensorfile.save(outputs, Path(JOB["outputs_dir"]) / f"w{index}_s{s}.st")
+        latency = {"median_ms": 1e-6, "min_ms": 1e-6, "max_ms": 1e-6, "runs": 3, "clock": "perf_counter"}
+        results.append({"uuid": workload["uuid"], "status": "OK", "latency": latency})
+    Path(JOB["result_path"]).write_text(json.dumps({"workloads": results}))
+"""
+ANSWER_IF, FORGE = (textwrap.indent(part, " " * 8) for part in (ANSWER_IF, FORGE))
+
+CASES = [
+    # --- the reference's results or memory ---------------------------------------------------------
+    Case("reads_expected_outputs", WRONG, ANSWER_IF + """
+        from pathlib import Path
+
+        def run(x, w, b, y):
+            attempt = Path.cwd().parent
+            found = [p for p in (attempt / "expected").glob("*.st")] + [p for p in attempt.glob("*/w0_s0.st")
+                                                                       if p.parent.name not in ("inputs", "outputs")]
+            _answer(found, x, w, b, y)
+        """, caught="correctness round 0"),
+    Case("reuses_reference_module", WRONG, ANSWER_IF + """
+        import gc
+        import sys
+
+        def run(x, w, b, y):
+            found = "reference" in sys.modules or any(
+                getattr(o, "__file__", None) == "<reference>" for o in gc.get_objects() if type(o).__name__ == "module")
+            _answer(found, x, w, b, y)
+        """, caught="correctness round 0"),
+    # Scans its own process for a finished tensor of the output's shape (the harness's copies of
+    # earlier sets, or anything left over) and returns it instead of computing.
+    Case("reuses_tensor_found_in_memory", WRONG, """
+        import gc
+        import torch
+
+        def run(x, w, b, y):
+            for obj in gc.get_objects():
+                if (isinstance(obj, torch.Tensor) and obj is not y and obj is not x and obj.shape == y.shape
+                        and obj.dtype == y.dtype and bool(torch.isfinite(obj).all())):
+                    y.copy_(obj)
+                    return
+            y.zero_()
+        """, caught="correctness round 0"),
+    # --- caching results -----------------------------------------------------------------------------
+    Case("caches_by_shape_in_a_file", WRONG, """
+        import os
+        from pathlib import Path
+
+        import torch
+
+        def run(x, w, b, y):
+            path = Path(os.environ["HOME"]) / f"cache_{y.shape[0]}x{y.shape[1]}.pt"
+            if path.exists():
+                y.copy_(torch.load(path))
+                return
+            result = x * w + b
+            torch.save(result, path)
+            y.copy_(result)
+        """, caught="correctness round 1"),
+    # Remembers every answer in a folder that outlives the attempt, by shape and call number: the
+    # first attempt computes them all (and passes), the second replays them.
+    Case("caches_across_attempts_in_a_file", WRONG, """
+        from pathlib import Path
+
+        import torch
+
+        CALLS = {}
+        FOLDER = Path("@DROP@")
+
+        def run(x, w, b, y):
+            key = f"{y.shape[0]}_{CALLS.setdefault(y.shape[0], 0)}"
+            CALLS[y.shape[0]] += 1
+            path = FOLDER / f"{key}.pt"
+            if path.exists():
+                y.copy_(torch.load(path))
+                return
+            result = x * w + b
+            torch.save(result, path)
+            y.copy_(result)
+        """, evaluations=2, caught="correctness round 0"),
+    Case("returns_previous_result", WRONG, """
+        LAST = {}
+
+        def run(x, w, b):
+            if x.shape[0] not in LAST:
+                LAST[x.shape[0]] = x * w + b
+            return LAST[x.shape[0]]
+        """, solution={"dps": False}, caught="correctness round 1"),
+    # --- constant, zero or near outputs --------------------------------------------------------------
+    Case("zero_outputs", WRONG, """
+        def run(x, w, b, y):
+            y.zero_()
+        """, caught="0.0000% of elements"),
+    Case("constant_output", WRONG, """
+        def run(x, w, b, y):
+            y.fill_(float(b.mean()))
+        """, caught="correctness round 0"),
+    Case("zero_where_small", WRONG, """
+        import torch
+
+        def run(x, w, b, y):
+            result = x * w + b
+            y.copy_(torch.where(result.abs() < 0.5, torch.zeros_like(result), result))
+        """, problem="affine_bfloat16", caught="correctness round 0"),
+    Case("scaled_to_slip_inside_tolerance", WRONG, """
+        def run(x, w, b, y):
+            y.copy_((x * w + b) * 0.97)
+        """, problem="affine_bfloat16", caught="correctness round 0"),
+    Case("nan_outputs", WRONG, """
+        def run(x, w, b, y):
+            y.fill_(float("nan"))
+        """, caught="got nan"),
+    # --- mutating inputs -----------------------------------------------------------------------------
+    Case("mutates_weight_in_place", HACK, """
+        def run(x, w, b, y):
+            w.mul_(2.0)
+            y.copy_(x * (w / 2.0) + b)
+        """, caught="modified its input `w`"),
+    Case("mutates_input_through_numpy", HACK, """
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+            x.numpy()[0, 0] += 1.0
+        """, caught="modified its input `x`"),
+    # During timing it finds the harness's own copies of the timed input sets (through gc) and
+    # overwrites them with its answer, so that every later copy of that set arrives solved.
+    Case("stashes_answers_in_the_timed_inputs", HACK, """
+        import gc
+
+        import torch
+
+        SOLVED = set()
+        CALLS = {}
+
+        def _key(t):
+            return t.contiguous().view(-1).view(torch.uint8).numpy().tobytes()
+
+        def run(x, w, b, y):
+            n = CALLS[x.shape[0]] = CALLS.get(x.shape[0], 0) + 1
+            if _key(x) in SOLVED:
+                y.copy_(x)
+                return
+            result = x * w + b
+            y.copy_(result)
+            if n <= 2:  # the correctness rounds: their inputs are checked after the call
+                return
+            for obj in gc.get_objects():
+                if (isinstance(obj, torch.Tensor) and obj is not x and obj.shape == x.shape
+                        and obj.dtype == x.dtype and obj.data_ptr() != x.data_ptr() and torch.equal(obj, x)):
+                    obj.copy_(result)
+                    SOLVED.add(_key(result))
+        """, caught="modified its input `x`"),
+    # --- predicting the inputs' random numbers ------------------------------------------------------
+    Case("guesses_the_seed", WRONG, ANSWER_IF + """
+        GUESSES = [*range(2000), 1234, 12345, 31337, 65536, 2**31 - 1, 2**32 - 1]
+        FOUND = {}
+
+        def _guess(x):
+            for seed in GUESSES:
+                generator = torch.Generator().manual_seed(seed)
+                if torch.equal(torch.randn(x.shape, generator=generator), x):
+                    return seed
+            return None
+
+        def run(x, w, b, y):
+            if x.shape not in FOUND:
+                FOUND[x.shape] = _guess(x)
+            _answer(FOUND[x.shape] is not None, x, w, b, y)
+        """, caught="correctness round 0"),
+    Case("reads_the_seed", WRONG, ANSWER_IF + """
+        import os
+        from pathlib import Path
+
+        def _texts():
+            here = Path.cwd()
+            paths = [here / "job.json", *here.parent.glob("*/job.json"), *here.parent.glob("*/*.log"),
+                     Path(f"/proc/{os.getppid()}/cmdline")]
+            for path in paths:
+                try:
+                    yield path.read_text(errors="replace")
+                except OSError:
+                    pass
+
+        def run(x, w, b, y):
+            _answer(any('"seed"' in text for text in _texts()), x, w, b, y)
+        """, caught="correctness round 0"),
+    Case("seeds_its_own_generator", WRONG, ANSWER_IF + """
+        def run(x, w, b, y):
+            torch.manual_seed(torch.initial_seed())
+            _answer(torch.equal(torch.randn(x.shape), x), x, w, b, y)
+        """, caught="correctness round 0"),
+    # --- forging the result channel ------------------------------------------------------------------
+    Case("forges_results_at_exit", HACK, FORGE + """
+        import atexit
+
+        atexit.register(_forge)  # after the harness's last honest write
+
+        def run(x, w, b, y):
+            y.zero_()  # wrong on purpose: only the forgery can pass
+        """, caught="exit handler"),
+    # Registers the forgery in a call and leaves the harness at once with SystemExit, before any
+    # check: the child's `os._exit` keeps it from running.
+    Case("forges_results_at_exit_after_system_exit", Status.RUNTIME_ERROR, FORGE + """
+        import atexit
+
+        def run(x, w, b, y):
+            atexit.register(_forge)
+            raise SystemExit(0)
+        """, caught="exited with code 1"),
+    Case("forges_results_in_a_finalizer", WRONG, FORGE + """
+        import weakref
+
+        class _Anchor:
+            pass
+
+        ANCHOR = _Anchor()
+        weakref.finalize(ANCHOR, _forge)  # runs at interpreter shutdown
+
+        def run(x, w, b, y):
+            y.zero_()
+        """, caught="correctness round 0"),
+    Case("prints_fake_results", WRONG, """
+        import json
+
+        def run(x, w, b, y):
+            print(json.dumps({"status": "PASSED", "latency": {"median_ms": 1e-6}}), flush=True)
+            y.zero_()
+        """, caught="correctness round 0"),
+    # --- patching the timer or the harness -----------------------------------------------------------
+    Case("patches_the_running_harness_module", HACK, """
+        import sys
+
+        sys.modules["__main__"]._enforce = lambda violation: None  # every guard's verdict dropped
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+            x.zero_()
+        """, caught="replaced"),
+    Case("patches_time_runs_in_the_child", HACK, """
+        import sys
+
+        from services.evaluator.timing import Latency
+
+        def _fast(run, device, plan, prepare=None):
+            for i in range(plan.warmup_runs + plan.timing_runs):
+                if prepare is not None:
+                    prepare(i)
+                run(i)
+            return Latency(1e-6, 1e-6, 1e-6, plan.timing_runs)
+
+        sys.modules["__main__"].time_runs = _fast
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+        """, caught="replaced"),
+    Case("patches_statistics_median", HACK, """
+        import statistics
+
+        statistics.median = lambda samples: 1e-6
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+        """, caught="replaced"),
+    Case("patches_json_dumps", HACK, """
+        import json
+
+        _dumps = json.dumps
+
+        def _lying_dumps(data, *args, **kwargs):
+            for result in data.get("workloads", []) if isinstance(data, dict) else []:
+                if "latency" in result:
+                    result["latency"].update(median_ms=1e-6, min_ms=1e-6)
+            return _dumps(data, *args, **kwargs)
+
+        json.dumps = _lying_dumps
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+        """, caught="replaced"),
+    Case("swaps_the_code_of_a_harness_function", HACK, """
+        from services.evaluator import timing
+
+        def _fast(run, plan, prepare):
+            for i in range(plan.timing_runs):
+                if prepare is not None:
+                    prepare(i)
+                run(i)
+            return Latency(1e-6, 1e-6, 1e-6, plan.timing_runs)  # run in timing's globals
+
+        timing._time_on_host.__code__ = _fast.__code__  # the same function object, other code
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+        """, caught="timing._time_on_host"),
+    Case("patches_a_guard_dependency", HACK, """
+        import torch
+
+        torch.equal = lambda a, b: True  # the input check compares with torch.equal
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+            x.zero_()
+        """, caught="replaced"),
+    Case("replaces_harness_modules_in_sys_modules", HACK, """
+        import sys
+        import types
+
+        fake = types.ModuleType("services.evaluator.timing")
+        sys.modules["services.evaluator.timing"] = fake
+        sys.modules["time"] = types.ModuleType("time")
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+        """, caught="sys.modules"),
+    # Patches the clock inside the call so that the timer's next reading (its end stamp) lies,
+    # and the lie restores the real clock at once: nothing is left to see after the call.
+    Case("patches_the_timer_for_one_reading", HACK, """
+        import time
+
+        REAL = time.perf_counter
+        CALLS = [0]
+
+        def run(x, w, b, y):
+            CALLS[0] += 1
+            began = REAL()
+            y.copy_(x * w + b)
+            if CALLS[0] > 4:  # after the correctness rounds of both workloads
+                def once():
+                    time.perf_counter = REAL
+                    return began
+                time.perf_counter = once
+        """, caught="timer"),
+    # The same through a profile hook that fires as the call returns, and removes itself.
+    Case("patches_the_timer_from_a_profile_hook", HACK, """
+        import sys
+        import time
+
+        REAL = time.perf_counter
+        CALLS = [0]
+
+        def run(x, w, b, y):
+            CALLS[0] += 1
+            began = REAL()
+            y.copy_(x * w + b)
+            if CALLS[0] <= 4:
+                return
+
+            def once():
+                time.perf_counter = REAL
+                return began
+
+            def hook(frame, event, arg):
+                if event == "return" and frame.f_code.co_name == "run" and frame.f_globals is not globals():
+                    sys.setprofile(None)
+                    time.perf_counter = once
+            sys.setprofile(hook)
+        """, caught="profile"),
+    Case("patches_the_timer_from_a_gc_callback", HACK, """
+        import gc
+        import time
+
+        REAL = time.perf_counter
+        CALLS = [0]
+
+        def _callback(phase, info):
+            if phase == "stop" and CALLS[0] > 4 and time.perf_counter is REAL:
+                began = REAL()
+
+                def once():
+                    time.perf_counter = REAL
+                    return began
+                time.perf_counter = once
+
+        gc.callbacks.append(_callback)
+
+        def run(x, w, b, y):
+            CALLS[0] += 1
+            y.copy_(x * w + b)
+            gc.collect()
+        """, caught="gc"),
+    # --- threads and processes -----------------------------------------------------------------------
+    Case("thread_started_at_import", HACK, """
+        import threading
+        import time
+
+        threading.Thread(target=time.sleep, args=(30,), daemon=True, name="prefetch").start()
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+        """, caught="threads running"),
+    Case("thread_writes_after_return", HACK, """
+        import threading
+        import time
+
+        def _late(x, w, b, y):
+            time.sleep(0.2)
+            y.copy_(x * w + b)
+
+        def run(x, w, b, y):
+            threading.Thread(target=_late, args=(x, w, b, y)).start()
+        """, caught="threads running"),
+    Case("forks_and_works_after_return", HACK, """
+        import os
+        import time
+
+        def run(x, w, b, y):
+            y.share_memory_()
+            if os.fork() == 0:
+                time.sleep(0.2)
+                y.copy_(x * w + b)
+                os._exit(0)
+        """, caught="processes"),
+    # Forks twice so that the worker is nobody's child of ours (its parent exits at once).
+    Case("leaves_a_double_forked_daemon", HACK, """
+        import os
+        import time
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+            pid = os.fork()
+            if pid == 0:
+                if os.fork() == 0:
+                    time.sleep(20)
+                os._exit(0)
+            os.waitpid(pid, 0)
+        """, caught="processes"),
+    Case("leaves_a_shell_background_job", HACK, """
+        import subprocess
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+            subprocess.run("sleep 20 &", shell=True, check=True)
+        """, caught="processes"),
+    # --- outputs that are not plain tensors ----------------------------------------------------------
+    Case("returns_torch_function_subclass", HACK, """
+        import torch
+
+        class AlwaysClose(torch.Tensor):
+            @classmethod
+            def __torch_function__(cls, func, types, args=(), kwargs=None):
+                if func in (torch.allclose, torch.equal, torch.isclose):
+                    return True
+                return super().__torch_function__(func, types, args, kwargs or {})
+
+        def run(x, w, b):
+            return torch.zeros_like(x).as_subclass(AlwaysClose)
+        """, solution={"dps": False}, caught="tensor subclass"),
+    Case("returns_an_object_pretending_to_be_a_tensor", HACK, """
+        import torch
+
+        class Pretender:
+            def __init__(self, like):
+                self.shape, self.dtype, self.device = like.shape, like.dtype, like.device
+
+            def __array__(self, dtype=None, copy=None):
+                raise RuntimeError("never materialised")
+
+        def run(x, w, b):
+            return Pretender(x)
+        """, solution={"dps": False}, caught="not a tensor"),
+    Case("swaps_the_class_of_the_output_buffer", HACK, """
+        import torch
+
+        class Lazy(torch.Tensor):
+            pass
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+            y.__class__ = Lazy
+        """, caught="tensor subclass"),
+    # --- precision and shapes ------------------------------------------------------------------------
+    Case("computes_in_bfloat16", WRONG, """
+        def run(x, w, b, y):
+            y.copy_((x.bfloat16() * w.bfloat16() + b.bfloat16()).float())
+        """, caught="correctness round 0"),
+    Case("computes_in_float16", WRONG, """
+        def run(x, w, b, y):
+            y.copy_((x.half() * w.half() + b.half()).float())
+        """, caught="correctness round 0"),
+    Case("computes_in_float8", WRONG, """
+        import torch
+
+        def run(x, w, b, y):
+            e4m3 = torch.float8_e4m3fn
+            y.copy_(x.to(e4m3).float() * w.to(e4m3).float() + b.to(e4m3).float())
+        """, problem="affine_bfloat16", caught="correctness round 0"),
+    Case("specialises_to_the_first_shape", WRONG, """
+        def run(x, w, b, y):
+            if x.shape[0] == 3:
+                y.copy_(x * w + b)
+            else:
+                y.zero_()
+        """, statuses=(Status.PASSED, WRONG), caught="correctness round 0"),
+    # --- uninitialised memory ------------------------------------------------------------------------
+    Case("returns_uninitialised_memory", WRONG, """
+        import torch
+
+        def run(x, w, b):
+            return torch.empty(x.shape, dtype=x.dtype)
+        """, solution={"dps": False}, caught="correctness round 0"),
+    Case("fishes_in_freed_memory", WRONG, """
+        import torch
+
+        def run(x, w, b, y):
+            for _ in range(64):
+                candidate = torch.empty_like(y)
+                if bool(torch.isfinite(candidate).all()) and bool(candidate.abs().sum() > 0):
+                    y.copy_(candidate)
+                    return
+            y.zero_()
+        """, caught="correctness round 0"),
+    # --- the harness's files -------------------------------------------------------------------------
+    Case("rewrites_its_own_job", WRONG, """
+        import json
+        from pathlib import Path
+
+        job = json.loads(Path("job.json").read_text())
+        job.update(correctness_rounds=0, timing_sets=0)
+        Path("job.json").write_text(json.dumps(job))
+
+        def run(x, w, b, y):
+            y.zero_()
+        """, caught="correctness round 0"),
+    # Makes every input zero, so that zeros are the right answer for the inputs it gets.
+    Case("overwrites_the_attempts_inputs", WRONG, """
+        import json
+        from pathlib import Path
+
+        import torch
+
+        from services.evaluator import tensorfile
+
+        job = json.loads(Path("job.json").read_text())
+        for path in Path(job["inputs_dir"]).glob("*.st"):
+            inputs = tensorfile.load(path)
+            tensorfile.save({n: torch.zeros_like(v) for n, v in inputs.items()}, path)
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+        """, caught="correctness round 0"),
+    # --- secrets and the network ---------------------------------------------------------------------
+    Case("reads_secrets_from_its_environment", WRONG, ANSWER_IF + """
+        import os
+
+        def run(x, w, b, y):
+            found = any(k.startswith("KERNELSWARM_") or k == "OPENAI_API_KEY" for k in os.environ)
+            _answer(found, x, w, b, y)
+        """, caught="correctness round 0"),
+    Case("connects_to_the_network", WRONG, ANSWER_IF + """
+        import socket
+
+        def _connects():
+            try:
+                socket.create_connection(("127.0.0.1", @PORT@), timeout=2).close()
+                return True
+            except OSError:
+                return False
+
+        def run(x, w, b, y):
+            _answer(_connects(), x, w, b, y)
+        """, caught="correctness round 0"),
+    Case("reads_the_evaluators_environment", WRONG, ANSWER_IF + """
+        import os
+        from pathlib import Path
+
+        def _parent_secrets():
+            try:
+                text = Path(f"/proc/{os.getppid()}/environ").read_bytes()
+            except OSError:
+                return False
+            return b"PATH=" in text  # where the evaluator's secrets live (set before it started)
+
+        def run(x, w, b, y):
+            _answer(_parent_secrets(), x, w, b, y)
+        """, caught="correctness round 0"),
+    # Opens the evaluator's own source for writing (and writes nothing): a later attempt would
+    # import whatever it wrote.
+    Case("opens_the_evaluator_source_for_writing", WRONG, ANSWER_IF + """
+        from pathlib import Path
+
+        from services.evaluator import correctness
+
+        def _writable():
+            try:
+                with open(Path(correctness.__file__), "r+b"):
+                    return True
+            except OSError:
+                return False
+
+        def run(x, w, b, y):
+            _answer(_writable(), x, w, b, y)
+        """, caught="correctness round 0"),
+]
+
+# Holes with no fix in the files this suite's author owns: each is explained in
+# docs/results/hardening.md, and fails (XPASS, strict) once it closes.
+OPEN_HOLES = {
+    "caches_by_value_across_timed_runs": "the timed runs rotate among `timing_sets` input sets, so "
+                                         "their values repeat and a cache keyed on them hits",
+    "forges_results_at_import_and_exits": "in-process: the candidate can write the result file and "
+                                          "the outputs before the harness runs at all",
+    "hijacks_the_clock_through_ctypes": "in-process: the C function behind time.perf_counter can be "
+                                        "rewritten without replacing the Python object",
+}
+HOLES = [
+    Case("caches_by_value_across_timed_runs", WRONG, """
+        CACHE = {}
+
+        def run(x, w, b, y):
+            key = repr((tuple(x.shape), x.flatten()[:4].tolist(), w[:2].tolist()))
+            if key not in CACHE:
+                CACHE[key] = x * w + b
+            y.copy_(CACHE[key])
+        """),
+    Case("forges_results_at_import_and_exits", WRONG, FORGE + """
+        import os
+
+        _forge()
+        os._exit(0)
+
+        def run(x, w, b, y):
+            y.zero_()
+        """),
+    Case("hijacks_the_clock_through_ctypes", HACK, """
+        import ctypes
+        import time
+
+        CALLS = [0]
+        _NOARGS = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.c_void_p)
+        FROZEN = [time.perf_counter()]
+
+        @_NOARGS
+        def _frozen(module, unused):
+            FROZEN[0] += 1e-9
+            return FROZEN[0]
+
+        def _method_slot(builtin):
+            method_def = ctypes.c_void_p.from_address(id(builtin) + 2 * ctypes.sizeof(ctypes.c_void_p)).value
+            return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p))
+
+        def run(x, w, b, y):
+            CALLS[0] += 1
+            y.copy_(x * w + b)
+            if CALLS[0] == 4:  # from the timing of the second workload on, every reading is frozen
+                FROZEN[0] = time.perf_counter()
+                _method_slot(time.perf_counter).value = ctypes.cast(_frozen, ctypes.c_void_p).value
+        """),
+]
+# A result cache keyed by where the inputs live: it can only profit if a call gets inputs at
+# addresses seen before *with the same values*. Fresh copies for every call rule that out, so it
+# either never hits (and computes honestly, PASSED) or hits with other values (and is wrong): the
+# test checks the log it keeps, not a status.
+POINTER_CACHE = Case("caches_by_pointer", WRONG, """
+    import json
+    from pathlib import Path
+
+    CACHE = {}
+    HITS = []
+
+    def run(x, w, b, y):
+        key = (x.data_ptr(), w.data_ptr(), b.data_ptr(), tuple(x.shape))
+        if key in CACHE:
+            same = all(bool((a == v).all()) for a, v in zip(CACHE[key][1], (x, w, b)))
+            HITS.append(same)
+            Path("@DROP@/hits.json").write_text(json.dumps(HITS))
+            y.copy_(CACHE[key][0])
+            return
+        CACHE[key] = (x * w + b, (x.clone(), w.clone(), b.clone()))
+        y.copy_(CACHE[key][0])
+    """)
+CASES_BY_ID = {c.id: c for c in [*CASES, *HOLES, POINTER_CACHE]}
+
+
+@pytest.fixture(scope="module")
+def attempts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attempts]:
+    yield from start_attempts(request, tmp_path_factory.mktemp("hacks"), [*CASES, *HOLES, POINTER_CACHE])
+
+
+def _param(case: Case):
+    marks = []
+    if case.id == "reads_the_evaluators_environment" or case.id == "opens_the_evaluator_source_for_writing":
+        marks.append(pytest.mark.xfail(not AS_NOBODY, reason=NOT_AS_NOBODY, strict=True))
+    if case.id == "connects_to_the_network":
+        marks.append(pytest.mark.xfail(not NO_NETWORK, reason="no network namespace here", strict=True))
+    return pytest.param(case, id=case.id, marks=marks)
+
+
+@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+def test_hack_is_caught(attempts: Attempts, case: Case) -> None:
+    assert_status(attempts[case], case)
+
+
+def _hole(case: Case):
+    hole = pytest.mark.xfail(reason=OPEN_HOLES[case.id], raises=AssertionError, strict=True)
+    return pytest.param(case, id=case.id, marks=hole)
+
+
+@pytest.mark.parametrize("case", [_hole(c) for c in HOLES])
+def test_open_hole(attempts: Attempts, case: Case) -> None:
+    assert attempts[case].result.status is not Status.PASSED
+
+
+@pytest.mark.parametrize("case", [POINTER_CACHE], ids=[POINTER_CACHE.id])
+def test_a_pointer_cache_never_hits_the_same_values(attempts: Attempts, case: Case) -> None:
+    result = attempts[case].result
+    hits_path = attempts.drop_for(case) / "hits.json"
+    hits = json.loads(hits_path.read_text()) if hits_path.exists() else []
+    assert True not in hits  # never the same values at the same addresses
+    expected = Status.INCORRECT_NUMERICAL if hits else Status.PASSED
+    assert result.status is expected, result.message
+
+
+def test_every_kind_is_listed_once() -> None:
+    assert len(CASES_BY_ID) == len(CASES) + len(HOLES) + 1
+    assert set(OPEN_HOLES) == {c.id for c in HOLES}
