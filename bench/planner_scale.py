@@ -10,7 +10,11 @@
    entrypoint`, solo pool) on that DB, with a campaign of 1,000 writers. The simulated writers are
    this process: they pop `worker.write` messages from the `write` queue, close the assignments in
    the DB (in batches, one finished attempt each) and report them, as real writers would, but at
-   once. Reported: assignments created per second (see `measure_redis` for the three phases).
+   once: one `planner.assignment_done` message per assignment, the batch's messages sent through
+   one Redis pipeline (1,000 writers on their own machines send theirs in parallel; one process
+   sending them one round trip at a time would measure the bench, not the planner). Reported:
+   assignments created per second (see `measure_redis` for the three phases), and the time to
+   send a tick's 1,000 `write` messages one by one and through one pipeline.
 """
 
 from __future__ import annotations
@@ -36,22 +40,30 @@ from services.planner.campaign import create_campaign  # noqa: E402
 from services.planner.policy import HEADROOM_UCB, PolicyConfig, ProblemStats, choose  # noqa: E402
 from services.planner.state import StateCache, read_state  # noqa: E402
 from services.planner.tick import tick  # noqa: E402
-from shared.celery_app import ASSIGNMENT_DONE, PLAN_QUEUE, PLAN_TICK, WRITE_QUEUE, make_celery  # noqa: E402
+from shared.celery_app import ASSIGNMENT_DONE, PLAN_QUEUE, PLAN_TICK, WRITE, WRITE_QUEUE, make_celery  # noqa: E402
 from shared.db import AssignmentRow, AttemptRow, CampaignRow, Database, ProblemRow, SolutionRow, utcnow  # noqa: E402
 from shared.settings import Settings  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 ATTEMPTS_PER_PROBLEM = 5
+SEND_QUEUE = "bench.send"  # messages sent only to time the sending
 
 
 def timed(run, repeat: int) -> dict:
-    """Median and spread of `repeat` calls, in ms."""
-    samples = []
+    """Median and spread of `repeat` calls, in ms of wall time; and the median CPU time of this
+    process (the VM is shared: wall time moves with the other sessions' load, CPU time less)."""
+    samples, cpu = [], []
     for _ in range(repeat):
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         run()
         samples.append((time.perf_counter() - started) * 1e3)
-    return {"median_ms": statistics.median(samples), "min_ms": min(samples), "max_ms": max(samples), "runs": repeat}
+        cpu.append((time.process_time() - started_cpu) * 1e3)
+    return summary(samples, cpu)
+
+
+def summary(samples: list[float], cpu: list[float]) -> dict:
+    return {"median_ms": statistics.median(samples), "min_ms": min(samples), "max_ms": max(samples),
+            "cpu_median_ms": statistics.median(cpu), "runs": len(samples)}
 
 
 def synthetic_stats(count: int, rng: random.Random) -> list[ProblemStats]:
@@ -107,12 +119,13 @@ def measure_db_tick(db: Database, campaign_id: int) -> dict:
     assignments just closed with one attempt each, as writers leave them."""
     cache = StateCache()
     created = tick(db, campaign_id, lambda _: None, cache=cache)  # the first tick reads everything
-    samples = []
+    samples, cpu = [], []
     for _ in range(7):
         close_with_attempts(db, campaign_id, created)
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.process_time()
         created = tick(db, campaign_id, lambda _: None, cache=cache)
         samples.append((time.perf_counter() - started) * 1e3)
+        cpu.append((time.process_time() - started_cpu) * 1e3)
         assert len(created) == 100, created
 
     def read_all() -> None:
@@ -120,8 +133,7 @@ def measure_db_tick(db: Database, campaign_id: int) -> dict:
             read_state(session, campaign_id, PolicyConfig())
 
     return {
-        "tick_refilling_100_slots": {"median_ms": statistics.median(samples), "min_ms": min(samples),
-                                     "max_ms": max(samples), "runs": len(samples)},
+        "tick_refilling_100_slots": summary(samples, cpu),
         "tick_no_free_slot": timed(lambda: tick(db, campaign_id, lambda _: None, cache=cache), 20),
         "full_state_read": timed(read_all, 3),  # a cold tick, and the cache's refresh every 60 s
     }
@@ -177,6 +189,7 @@ def measure_redis(db_url: str, home: Path, campaign_id: int, seconds: float, wri
             created = created_count(db, campaign_id) - first
             result[phase] = {"seconds": elapsed, "assignments": created, "assignments_per_s": created / elapsed}
             wait_for(lambda: client.llen(PLAN_QUEUE) == 0, planner)  # let the planner catch up between phases
+        result["send_1000"] = measure_send(app, client)
         result["celery_floor"] = celery_floor(settings, home)
         return result
     finally:
@@ -189,6 +202,31 @@ def measure_redis(db_url: str, home: Path, campaign_id: int, seconds: float, wri
         client.close()
         server.stop()
         db.dispose()
+
+
+def measure_send(app, client: redis.Redis, count: int = 1000, repeat: int = 6) -> dict:
+    """Sending a tick's `count` `worker.write` messages (to a queue nobody reads): one Redis round
+    trip per message, as the planner did, against one pipeline per batch, as it does now
+    (`services.planner.tasks`: kombu's `Producer.batch`). Alternated, median of `repeat`, in ms."""
+    def one_by_one() -> None:
+        with app.producer_or_acquire() as producer:
+            for i in range(count):
+                app.send_task(WRITE, args=[i], queue=SEND_QUEUE, producer=producer)
+
+    def pipelined() -> None:
+        with app.producer_or_acquire() as producer, producer.batch(max_size=count):
+            for i in range(count):
+                app.send_task(WRITE, args=[i], queue=SEND_QUEUE, producer=producer)
+
+    samples: dict[str, list[float]] = {"one_by_one": [], "pipelined": []}
+    for _ in range(repeat):
+        for name, send in (("one_by_one", one_by_one), ("pipelined", pipelined)):
+            started = time.perf_counter()
+            send()
+            samples[name].append((time.perf_counter() - started) * 1e3)
+            client.delete(SEND_QUEUE)
+    return {name: {"median_ms": statistics.median(values), "min_ms": min(values), "max_ms": max(values),
+                   "messages": count, "runs": repeat} for name, values in samples.items()}
 
 
 NOOP_APP = """
@@ -253,7 +291,7 @@ def serve_writers(client: redis.Redis, db: Database, app, campaign_id: int, coal
     raw = [first[1], *(client.rpop(WRITE_QUEUE, 999) or [])]
     ids = sorted({json.loads(base64.b64decode(json.loads(m)["body"]))[0][0] for m in raw})
     close_with_attempts(db, campaign_id, ids)
-    with app.producer_or_acquire() as producer:
+    with app.producer_or_acquire() as producer, producer.batch():  # 1,000 writers would send at once
         if coalesce:
             app.send_task(PLAN_TICK, args=[campaign_id], producer=producer)
         else:
@@ -288,15 +326,19 @@ def print_scale(report: dict) -> None:
           f"{report['load_average_before'][0]:.1f} before, {report['load_average_after'][0]:.1f} after, "
           f"on {report['cpus']} CPUs")
     for slots, row in report["pure_tick"].items():
-        print(f"  pure tick ({slots.replace('_', ' ')}): {row['median_ms']:8.1f} ms median")
+        print(f"  pure tick ({slots.replace('_', ' ')}): {row['median_ms']:8.1f} ms median "
+              f"({row['cpu_median_ms']:.1f} ms CPU)")
     for name, row in report["db_tick"].items():
-        print(f"  DB {name.replace('_', ' ')}: {row['median_ms']:8.1f} ms median")
+        print(f"  DB {name.replace('_', ' ')}: {row['median_ms']:8.1f} ms median ({row['cpu_median_ms']:.1f} ms CPU)")
     redis_row = report["redis"]
     print(f"  through Redis, {redis_row['writers']:,} simulated writers:")
     for phase in ("reported", "coalesced"):
         row = redis_row[phase]
         print(f"    {phase:10} {row['assignments_per_s']:8.0f} assignments/s ({row['assignments']:,} in "
               f"{row['seconds']:.0f} s)")
+    send = redis_row["send_1000"]
+    print(f"    sending 1,000 write messages: {send['one_by_one']['median_ms']:.0f} ms one by one, "
+          f"{send['pipelined']['median_ms']:.0f} ms pipelined")
     print(f"    a Celery worker like the planner's, doing nothing: {redis_row['celery_floor']['tasks_per_s']:.0f} "
           f"tasks/s")
 

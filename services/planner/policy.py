@@ -7,7 +7,8 @@ Three policies (`choose`):
 - `round_robin`: the campaign's problems in order, wrapping around; the baseline.
 - `greedy_headroom`: always the problem furthest from SOL (largest 1 − S), the least worked first.
 - `headroom_ucb`, the default: per problem an upper confidence bound on the share of the headroom
-  the next attempt closes, times the headroom 1 − S, per unit of cost (GPU-seconds plus tokens).
+  1 − S the next attempt closes, turned into the gain in log speedup it would bring (the campaign's
+  geomean speedup is what the planner is judged on), per unit of cost (GPU-seconds plus tokens).
   Problems at S ≥ `retire_score` (a measured SOL score only), stalled for `stall_attempts` finished
   attempts, or whose writer found nothing left to try, are retired.
 
@@ -22,6 +23,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 HEADROOM_UCB = "headroom_ucb"
 GREEDY_HEADROOM = "greedy_headroom"
 ROUND_ROBIN = "round_robin"
@@ -29,6 +32,8 @@ POLICIES = (HEADROOM_UCB, GREEDY_HEADROOM, ROUND_ROBIN)
 DEFAULT_POLICY = HEADROOM_UCB
 BASELINE_SCORE = 0.5  # S of the reference itself: where every problem starts
 MAX_ESTIMATE = 0.999
+MAX_INVERSE = 1.0 / 1.2  # an R implied by a measured S is clamped to [1.2, 100]
+MAX_SHARE = 0.99  # the expected share of the headroom an attempt closes, optimism included, at most
 
 
 @dataclass(frozen=True)
@@ -39,9 +44,10 @@ class PolicyConfig:
     stall_attempts: int = 48  # K: finished attempts without a gain that retire a problem
     min_gain: float = 0.05  # a gain closes at least this share of the headroom 1 − S
     window: int = 32  # the latest finished attempts a problem's mean gain is taken over
-    exploration: float = 2.0  # weight of the UCB bonus
-    cost_exponent: float = 0.75  # 1: gain per unit of cost; less: hedge against cheap problems' noise
-    prior_attempts: float = 2.0  # pseudo-attempts at the campaign's means for a new problem
+    exploration: float = 3.0  # weight of the UCB bonus
+    cost_exponent: float = 1.0  # 1: gain per unit of cost; less: hedge against cheap problems' noise
+    prior_attempts: float = 2.0  # pseudo-attempts at the campaign's mean gain for a new problem
+    cost_prior_attempts: float = 0.5  # the same for the cost per attempt (an attempt's cost is no lottery)
     prior_gain: float = 0.1  # the mean gain per attempt assumed before the campaign has any
     assumed_sol_speedup: float = 10.0  # R: T_b / T_sol assumed while the SOL score is unknown
     estimate_cap: float = 0.9  # an estimated S never retires a problem by `retire_score`
@@ -133,24 +139,30 @@ class CampaignMeans:
 
     @classmethod
     def of(cls, problems: Sequence[ProblemStats], config: PolicyConfig) -> CampaignMeans:
-        total = sum(p.attempts for p in problems)
-        gain = sum(p.gain for p in problems)
-        cost = sum(p.gpu_s for p in problems) + sum(p.tokens for p in problems) * config.gpu_s_per_token
+        total, gain, gpu_s, tokens = 0, 0.0, 0.0, 0
+        for p in problems:  # one pass: a tick does this over 10,000 problems
+            total += p.attempts
+            gain += p.gain
+            gpu_s += p.gpu_s
+            tokens += p.tokens
+        cost = gpu_s + tokens * config.gpu_s_per_token
         return cls(total, (gain + config.prior_attempts * config.prior_gain) / (total + config.prior_attempts),
                    cost / total if total and cost > 0 else 1.0)
 
 
 def ucb_index(stats: ProblemStats, means: CampaignMeans, config: PolicyConfig) -> float:
-    """Expected SOL-score gain per unit of cost, optimistic by the uncertainty of few attempts.
+    """Expected gain in log speedup per unit of cost, optimistic by the uncertainty of few attempts.
 
     The gain of an attempt is the share of the headroom 1 − S it closed (0 when it did not beat the
-    best). Its expected value is the mean over the problem's latest `window` finished attempts, with
-    in-flight attempts counted as gaining nothing (so writers spread) and `prior_attempts` pseudo-
-    attempts at the campaign's mean; the UCB1 bonus `exploration * mean * sqrt(2 ln N / (n + 1))`
-    is added. Times the headroom 1 − S, it is the expected gain in S; divided by the problem's mean
-    cost per attempt (shrunk toward the campaign's) to the power `cost_exponent`, the gain per unit
-    of cost (an exponent of 1 starves costly problems on the strength of a few lucky cheap gains;
-    0.75 did better across budgets in the simulator).
+    best). Its expected value g is the mean over the problem's latest `window` finished attempts,
+    with in-flight attempts counted as gaining nothing (so writers spread) and `prior_attempts`
+    pseudo-attempts at the campaign's mean; the UCB1 bonus `exploration * mean * sqrt(2 ln N /
+    (n + 1))` is added. The index is log x(S + g (1 − S)) − log x(S), the gain in log speedup if the
+    next attempt closes that share, where x(S) is the speedup at S on this problem (its R = T_b /
+    T_sol from the measured S and speedup, `sol_speedup_of`; assumed when not measured), divided by
+    the problem's mean cost per attempt (shrunk toward the campaign's by `cost_prior_attempts`) to
+    the power `cost_exponent`. A share of headroom is worth more in log speedup on a problem whose
+    SOL is far (R = 30) than on one whose SOL is near (R = 2): the geomean counts the former more.
     """
     return UcbIndex(means, config)(stats)
 
@@ -161,7 +173,8 @@ class UcbIndex:
     def __init__(self, means: CampaignMeans, config: PolicyConfig) -> None:
         self.prior = config.prior_attempts
         self.prior_gain = config.prior_attempts * means.gain_per_attempt
-        self.prior_cost = config.prior_attempts * means.cost_per_attempt
+        self.cost_prior = config.cost_prior_attempts
+        self.prior_cost = config.cost_prior_attempts * means.cost_per_attempt
         self.bonus = config.exploration * means.gain_per_attempt * math.sqrt(2.0 * math.log(means.total_attempts + 2.0))
         self.token_cost = config.gpu_s_per_token
         self.exponent = config.cost_exponent
@@ -171,6 +184,35 @@ class UcbIndex:
 
     def __call__(self, stats: ProblemStats) -> float:
         return -self.negated(stats)
+
+    def negated_all(self, problems: Sequence[ProblemStats]) -> np.ndarray:
+        """`negated` of every problem at once (the same arithmetic on arrays; `test_policy` checks
+        that the two agree)."""
+        def column(values) -> np.ndarray:
+            return np.fromiter(values, dtype=np.float64, count=len(problems))
+
+        nan = math.nan
+        measured = column(nan if p.best_sol is None else p.best_sol for p in problems)
+        speedup = column(nan if p.best_speedup is None or p.best_speedup <= 0 else p.best_speedup for p in problems)
+        attempts = column(p.attempts for p in problems)
+        in_flight = column(p.in_flight for p in problems)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            estimate = np.minimum(1.0 / (1.0 + np.maximum(1.0 / speedup - self.inverse, 0.0) * self.span), self.cap)
+            score_ = np.where(np.isnan(measured), np.where(np.isnan(speedup), BASELINE_SCORE, estimate), measured)
+            mean_gain = (column(p.recent_gain for p in problems) + self.prior_gain) / (
+                column(p.recent_attempts for p in problems) + in_flight + self.prior)
+            bonus = self.bonus / np.sqrt(attempts + in_flight + 1.0)
+            cost = (column(p.gpu_s for p in problems) + column(p.tokens for p in problems) * self.token_cost
+                    + self.prior_cost) / (attempts + self.cost_prior)
+            now = np.maximum(score_, 0.01)
+            implied = (1.0 / speedup - (1.0 / now - 1.0)) / (2.0 - 1.0 / now)
+            known = ~np.isnan(measured) & ~np.isnan(speedup) & (np.abs(now - BASELINE_SCORE) > 0.02)
+            inverse = np.where(known, np.clip(np.nan_to_num(implied, nan=0.01), 0.01, MAX_INVERSE), self.inverse)
+            later = now + (1.0 - now) * np.minimum(mean_gain + bonus, MAX_SHARE)
+            value = np.log((inverse + (1.0 / now - 1.0) * (1.0 - inverse))
+                           / (inverse + (1.0 / later - 1.0) * (1.0 - inverse)))
+            keys = -value / np.maximum(cost, 1e-9) ** self.exponent
+        return np.where(score_ >= 1.0, 0.0, keys)
 
     def negated(self, stats: ProblemStats) -> float:
         """Minus the index (the heap's key); written for speed, `test_policy` checks it against the
@@ -188,8 +230,42 @@ class UcbIndex:
         in_flight = stats.in_flight
         mean_gain = (stats.recent_gain + self.prior_gain) / (stats.recent_attempts + in_flight + self.prior)
         bonus = self.bonus / math.sqrt(stats.attempts + in_flight + 1.0)
-        cost = (stats.gpu_s + stats.tokens * self.token_cost + self.prior_cost) / (stats.attempts + self.prior)
-        return (score_ - 1.0) * (mean_gain + bonus) / (cost if cost > 1e-9 else 1e-9) ** self.exponent
+        cost = (stats.gpu_s + stats.tokens * self.token_cost + self.prior_cost) / (stats.attempts + self.cost_prior)
+        if score_ >= 1.0:
+            return 0.0
+        if score_ < 0.01:
+            score_ = 0.01
+        speedup = stats.best_speedup  # `sol_speedup_of`, inlined: 1 / R
+        inverse = self.inverse
+        if stats.best_sol is not None and speedup is not None and speedup > 0 and \
+                abs(score_ - BASELINE_SCORE) > 0.02:  # score_ is the measured S here
+            inverse = (1.0 / speedup - (1.0 / score_ - 1.0)) / (2.0 - 1.0 / score_)
+            inverse = 0.01 if inverse < 0.01 else (MAX_INVERSE if inverse > MAX_INVERSE else inverse)
+        share = mean_gain + bonus
+        later = score_ + (1.0 - score_) * (share if share < MAX_SHARE else MAX_SHARE)
+        # log x(later) - log x(now), x(S) = 1 / (1/R + (1/S - 1)(1 - 1/R)): `_log_speedup`, one log
+        value = math.log((inverse + (1.0 / score_ - 1.0) * (1.0 - inverse))
+                         / (inverse + (1.0 / later - 1.0) * (1.0 - inverse)))
+        return -value / (cost if cost > 1e-9 else 1e-9) ** self.exponent
+
+
+def sol_speedup_of(stats: ProblemStats, assumed: float) -> float:
+    """R = T_b / T_sol, the speedup at S = 1, implied by the best attempt's measured S and speedup x:
+    from 1/x = 1/R + (1/S − 1)(1 − 1/R), 1/R = (1/x − (1/S − 1)) / (2 − 1/S). `assumed` without a
+    measured S, or when S is within 0.02 of the baseline's 0.5 (where x says nothing about R);
+    clamped to [1.2, 100]."""
+    measured, speedup = stats.best_sol, stats.best_speedup
+    if measured is None or speedup is None or speedup <= 0 or abs(measured - BASELINE_SCORE) <= 0.02:
+        return assumed
+    measured = max(measured, 0.01)
+    inverse = (1.0 / speedup - (1.0 / measured - 1.0)) / (2.0 - 1.0 / measured)
+    return 1.0 / min(max(inverse, 0.01), MAX_INVERSE)
+
+
+def _log_speedup(score_: float, sol_speedup: float) -> float:
+    """log(T_b / T_k) at S = `score_` on a problem whose speedup at S = 1 is `sol_speedup`."""
+    inverse = 1.0 / sol_speedup
+    return -math.log(inverse + (1.0 / score_ - 1.0) * (1.0 - inverse))
 
 
 def choose(policy: str, problems: Sequence[ProblemStats], slots: int, per_assignment: int,
@@ -209,9 +285,11 @@ def choose(policy: str, problems: Sequence[ProblemStats], slots: int, per_assign
         return Plan((), gone, cursor)
     if policy == GREEDY_HEADROOM:
         rank = _greedy_rank(config)
+        heap = [(rank(p), p.position, p.problem_id, p) for p in open_problems]
     else:
-        rank = UcbIndex(CampaignMeans.of(problems, config), config).negated
-    heap = [(rank(p), p.position, p.problem_id, p) for p in open_problems]
+        index = UcbIndex(CampaignMeans.of(problems, config), config)
+        rank = index.negated
+        heap = _top(index.negated_all(open_problems), open_problems, slots)
     heapq.heapify(heap)
     chosen = []
     for _ in range(slots):
@@ -220,6 +298,17 @@ def choose(policy: str, problems: Sequence[ProblemStats], slots: int, per_assign
         stats = replace(stats, in_flight=stats.in_flight + per_assignment)
         heapq.heappush(heap, (rank(stats), position, problem_id, stats))
     return Plan(tuple(chosen), gone, cursor)
+
+
+def _top(keys: np.ndarray, problems: Sequence[ProblemStats], slots: int) -> list[tuple]:
+    """Heap entries of the `slots` best problems. Enough for `slots` picks: a problem outside them
+    is picked only once all of them were (a pick only lowers the picked problem's index)."""
+    if slots < len(problems):
+        positions = np.fromiter((p.position for p in problems), dtype=np.float64, count=len(problems))
+        order = np.lexsort((positions, keys))[:slots]  # by key, then by position: the heap's order
+    else:
+        order = range(len(problems))
+    return [(float(keys[i]), problems[i].position, problems[i].problem_id, problems[i]) for i in order]
 
 
 def _greedy_rank(config: PolicyConfig):

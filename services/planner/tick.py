@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from services.planner.best import update_bests
@@ -123,10 +123,10 @@ def _assign(session: Session, campaign: CampaignRow, state: CampaignState, confi
         rows.append({"campaign_id": campaign.id, "problem_id": problem_id, "budget_attempts": budget,
                      "status": "QUEUED", "language": brief.language, "parent_hash": brief.parent_hash,
                      "guidance": brief.guidance, "created_at": now})
-    assignments = [AssignmentRow(**row) for row in rows]
-    session.add_all(assignments)
-    session.flush()
-    return [(a.id, a.problem_id) for a in assignments]
+    if not rows:
+        return []
+    ids = session.scalars(insert(AssignmentRow).returning(AssignmentRow.id, sort_by_parameter_order=True), rows)
+    return [(assignment_id, row["problem_id"]) for assignment_id, row in zip(ids, rows, strict=True)]
 
 
 def _briefs(session: Session, campaign: CampaignRow, state: CampaignState, problem_ids: tuple[int, ...],

@@ -6,7 +6,7 @@ import pytest
 
 from services.planner.policy import (
     BASELINE_SCORE, GREEDY_HEADROOM, HEADROOM_UCB, ROUND_ROBIN, CampaignMeans, PolicyConfig, ProblemStats,
-    choose, estimated_score, gain, merit, retired, score, ucb_index,
+    choose, estimated_score, gain, merit, retired, score, sol_speedup_of, ucb_index,
 )
 
 CONFIG = PolicyConfig()
@@ -192,7 +192,79 @@ def test_the_fast_index_is_the_documented_formula():
         mean_gain = (stats.recent_gain + CONFIG.prior_attempts * means.gain_per_attempt) / seen
         bonus = CONFIG.exploration * means.gain_per_attempt * math.sqrt(
             2 * math.log(means.total_attempts + 2) / (stats.attempts + stats.in_flight + 1))
-        cost = (stats.cost(CONFIG) + CONFIG.prior_attempts * means.cost_per_attempt) / (
-            stats.attempts + CONFIG.prior_attempts)
-        expected = (1 - score(stats)) * (mean_gain + bonus) / cost ** CONFIG.cost_exponent
-        assert ucb_index(stats, means, CONFIG) == pytest.approx(expected, rel=1e-12)
+        cost = (stats.cost(CONFIG) + CONFIG.cost_prior_attempts * means.cost_per_attempt) / (
+            stats.attempts + CONFIG.cost_prior_attempts)
+        now = score(stats)
+        later = now + (1 - now) * min(mean_gain + bonus, 0.99)
+        sol_speedup = sol_speedup_of(stats, CONFIG.assumed_sol_speedup)
+        expected = (math.log(speedup_at(later, sol_speedup)) - math.log(speedup_at(now, sol_speedup))) / (
+            cost ** CONFIG.cost_exponent)
+        assert ucb_index(stats, means, CONFIG) == pytest.approx(expected, rel=1e-9)
+
+
+def speedup_at(score_: float, sol_speedup: float) -> float:
+    """T_b / T_k from S = 1 / (1 + (T_k − T_sol) / (T_b − T_sol)) with T_b = 1, T_sol = 1 / R."""
+    sol_time = 1 / sol_speedup
+    return 1 / (sol_time + (1 / score_ - 1) * (1 - sol_time))
+
+
+@pytest.mark.parametrize("sol_speedup", [2.0, 10.0, 30.0])
+@pytest.mark.parametrize("measured", [0.3, 0.6, 0.9])
+def test_the_sol_speedup_is_recovered_from_a_measured_score_and_its_speedup(sol_speedup, measured):
+    stats = problem(1, best_sol=measured, best_speedup=speedup_at(measured, sol_speedup))
+    assert sol_speedup_of(stats, 10.0) == pytest.approx(sol_speedup)
+
+
+def test_without_a_measured_score_or_near_the_baseline_the_sol_speedup_is_assumed():
+    assert sol_speedup_of(problem(1, best_speedup=3.0), 10.0) == 10.0
+    assert sol_speedup_of(problem(1, best_sol=0.51, best_speedup=1.02), 10.0) == 10.0
+    assert sol_speedup_of(problem(1, best_sol=0.8), 7.0) == 7.0
+
+
+def test_the_same_share_of_headroom_is_worth_more_where_sol_is_far():
+    """Two problems at S = 0.7 with the same history and cost: the one whose SOL is a 30x speedup
+    gains more log speedup from closing the same share than the one whose SOL is 2x."""
+    near = worked(1, attempts=8, gain_total=0.4, best_sol=0.7, best_speedup=speedup_at(0.7, 2.0))
+    far = worked(2, attempts=8, gain_total=0.4, best_sol=0.7, best_speedup=speedup_at(0.7, 30.0))
+    assert choose(HEADROOM_UCB, [near, far], 1, 1).problem_ids == (2,)  # a tie would go to the first
+
+
+def random_problems(count: int, seed: int) -> list[ProblemStats]:
+    import random
+
+    rng = random.Random(seed)
+    return [worked(i, attempts=rng.randint(0, 60), gain_total=rng.random() * 2, cost_per_attempt=rng.uniform(0.1, 50),
+                   tokens=rng.randint(0, 10**6), in_flight=rng.choice([0, 0, 4, 8]),
+                   best_speedup=rng.choice([None, 0.0, 0.5, 1.0, 1.01, 3.0, 50.0]),
+                   best_sol=rng.choice([None, None, 0.0, 0.3, 0.5, 0.7, 0.95, 1.0]),
+                   position=rng.randint(0, 5))  # shared positions: ties broken by position, then id
+            for i in range(count)]
+
+
+def test_the_index_of_every_problem_at_once_is_the_one_by_one_index():
+    from services.planner.policy import UcbIndex
+
+    problems = random_problems(500, 5)
+    index = UcbIndex(CampaignMeans.of(problems, CONFIG), CONFIG)
+    assert list(index.negated_all(problems)) == pytest.approx([index.negated(p) for p in problems], rel=1e-12)
+
+
+@pytest.mark.parametrize("slots", [1, 7, 60, 400])
+def test_choosing_from_the_best_few_is_choosing_from_all(slots):
+    """`choose` ranks only the `slots` best problems; the plain greedy over every problem picks the same."""
+    import heapq
+    from dataclasses import replace
+
+    from services.planner.policy import UcbIndex
+
+    problems = [p for p in random_problems(300, slots) if not retired(p)]
+    index = UcbIndex(CampaignMeans.of(problems, CONFIG), CONFIG)
+    heap = [(index.negated(p), p.position, p.problem_id, p) for p in problems]
+    heapq.heapify(heap)
+    expected = []
+    for _ in range(slots):
+        _, position, problem_id, stats = heapq.heappop(heap)
+        expected.append(problem_id)
+        stats = replace(stats, in_flight=stats.in_flight + 4)
+        heapq.heappush(heap, (index.negated(stats), position, problem_id, stats))
+    assert choose(HEADROOM_UCB, problems, slots, 4).problem_ids == tuple(expected)
