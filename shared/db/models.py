@@ -75,6 +75,10 @@ class CampaignProblemRow(Base):
 
 class AssignmentRow(Base):
     __tablename__ = "assignments"
+    __table_args__ = (
+        Index("ix_assignments_campaign_status", "campaign_id", "status"),  # the planner's active count
+        Index("ix_assignments_campaign_problem", "campaign_id", "problem_id"),  # a problem's last DONE
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id"))
