@@ -54,6 +54,7 @@ class Settings(BaseModel):
     agent_evaluations: int = 8
     agent_tokens: int = 400_000
     submit_token: str | None = None
+    submit_limit_per_hour: int = 60  # problems the web form and API accept in any hour, all clients together
     log_level: str = "INFO"
 
     @property

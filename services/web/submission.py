@@ -11,13 +11,14 @@ import logging
 import re
 import tempfile
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 
 from kombu.exceptions import OperationalError
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
-from shared.db import CampaignProblemRow, CampaignRow, Database, ProblemRow
+from shared.db import CampaignProblemRow, CampaignRow, Database, ProblemRow, utcnow
 from shared.errors import FormatError, UserError
 from shared.repository import create_attempt, put_solution, upsert_problem
 from shared.schema import BuildSpec, Hardware, Language, Problem, SafetensorsInput, Solution, SourceFile, load_problem
@@ -149,12 +150,19 @@ def reference_solution(problem: Problem) -> Solution:
     )
 
 
+class RateLimited(SubmissionError):
+    http_status = 429
+
+
 def accept(db: Database, store: ObjectStore, problem: Problem, default_device: str,
-           send_evaluate: SendEvaluate | None) -> Accepted:
+           send_evaluate: SendEvaluate | None, limit_per_hour: int | None = None) -> Accepted:
     """Record the problem, add it to every RUNNING or PAUSED campaign, record one reference attempt
-    per device those campaigns use (or the default device), commit, then send the attempts."""
+    per device those campaigns use (or the default device), commit, then send the attempts.
+    With `limit_per_hour`, refuse (429) once that many submitted problems arrived in the last hour."""
     try:
         with db.session() as session:
+            if limit_per_hour is not None:
+                _check_rate(session, limit_per_hour)
             if session.scalar(select(ProblemRow.id).where(ProblemRow.name == problem.name)) is not None:
                 raise _name_taken(problem.name)
             row = upsert_problem(session, problem)
@@ -180,6 +188,16 @@ def accept(db: Database, store: ObjectStore, problem: Problem, default_device: s
              [a for a, _ in sends], queued)
     return Accepted(name=problem.name, problem_id=problem_id, workloads=len(problem.workloads),
                     attempt_ids=[a for a, _ in sends], campaign_ids=[c.id for c in campaigns], queued=queued)
+
+
+def _check_rate(session, limit_per_hour: int) -> None:
+    """Submitted problems (those without a folder on disk) in the last hour, against the limit."""
+    since = utcnow() - timedelta(hours=1)
+    recent = session.scalar(select(func.count()).select_from(ProblemRow).where(
+        ProblemRow.source_path.is_(None), ProblemRow.created_at >= since))
+    if recent >= limit_per_hour:
+        raise RateLimited({DEFINITION: [f"too many submissions: {recent} problems in the last hour (the limit "
+                                        f"is {limit_per_hour}); try again later"]})
 
 
 def _send(sends: list[tuple[str, str]], send_evaluate: SendEvaluate | None) -> bool:

@@ -67,7 +67,8 @@ def api_submit() -> tuple[Response, int]:
 def _accept(texts: dict[str, str]) -> Accepted:
     problem = validate(texts[DEFINITION], texts[WORKLOADS])
     settings = get_settings()
-    return accept(get_db(), get_backends().store, problem, settings.device, _sender())
+    return accept(get_db(), get_backends().store, problem, settings.device, _sender(),
+                  limit_per_hour=settings.submit_limit_per_hour)
 
 
 def _sender() -> SendEvaluate | None:

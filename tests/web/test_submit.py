@@ -329,3 +329,20 @@ def test_the_reference_passes_as_a_pytorch_solution_in_the_sandbox(tmp_path):
     result = evaluate(problem, solution, config, max_workloads=2)
 
     assert result.status.value == "PASSED", result.message
+
+
+def test_submissions_beyond_the_hourly_limit_get_429_and_store_nothing(make_client, redis_url, db):
+    web = make_client(submit_token=TOKEN, redis_url=redis_url, submit_limit_per_hour=2)
+    for n in range(2):
+        ok = submit(web, texts({**DEFINITION, "name": f"limited_{n}"}))
+        assert ok.status_code == 200, ok.get_data(as_text=True)[-2000:]
+    refused = submit(web, texts({**DEFINITION, "name": "limited_2"}))
+    assert refused.status_code == 429
+    assert any("too many submissions: 2 problems in the last hour (the limit is 2)" in m
+               for m in field_errors(refused.get_data(as_text=True), "definition"))
+    api = web.post("/api/problems", json=texts({**DEFINITION, "name": "limited_3"}),
+                   headers={"Authorization": f"Bearer {TOKEN}"})
+    assert api.status_code == 429 and "too many submissions" in api.get_json()["error"]
+    with db.session() as session:
+        names = set(session.scalars(select(ProblemRow.name)))
+    assert {"limited_0", "limited_1"} <= names and not {"limited_2", "limited_3"} & names
