@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from flask import Flask
+from flask import Flask, abort
 
 from services.web import (
     auth,
@@ -41,4 +41,11 @@ def create_app(settings: Settings | None = None, db: Database | None = None,
     errors.init_app(app)
     for blueprint in (leaderboard.bp, problems.bp, submit.bp, status.bp, auth.bp, health.bp):
         app.register_blueprint(blueprint)
+    app.url_value_preprocessor(_no_nul_in_paths)
     return app
+
+
+def _no_nul_in_paths(_endpoint: str | None, values: dict | None) -> None:
+    """No name or id holds a NUL character: answer 404 before a query that PostgreSQL would refuse."""
+    if values and any(isinstance(v, str) and "\x00" in v for v in values.values()):
+        abort(404)

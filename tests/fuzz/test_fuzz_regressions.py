@@ -123,3 +123,9 @@ def test_a_campaign_number_past_the_ids_is_a_400(web, value):
 def test_controlling_a_campaign_number_past_the_ids_is_a_404(web):
     response = web.client().post(f"/api/campaigns/{2**70}/pause", headers=BEARER)
     assert response.status_code == 404 and response.get_json()["error"] == f"no campaign {2**70}"
+
+
+@pytest.mark.parametrize("path", ["/api/problems/%00", "/problems/a%00b", "/api/attempts/%00"])
+def test_a_nul_in_a_path_is_a_404(web, path):
+    """PostgreSQL refuses NUL in a text parameter: the lookup must never be sent (it was a 500)."""
+    assert web.client().get(path).status_code == 404
