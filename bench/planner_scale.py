@@ -35,7 +35,7 @@ from sqlalchemy import func, insert, select, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kernelswarm.launcher import RedisServer, settings_env  # noqa: E402
+from kernelswarm.launcher import RedisServer, settings_env, stop_process  # noqa: E402
 from services.planner.campaign import create_campaign  # noqa: E402
 from services.planner.policy import HEADROOM_UCB, PolicyConfig, ProblemStats, choose  # noqa: E402
 from services.planner.state import StateCache, read_state  # noqa: E402
@@ -193,11 +193,7 @@ def measure_redis(db_url: str, home: Path, campaign_id: int, seconds: float, wri
         result["celery_floor"] = celery_floor(settings, home)
         return result
     finally:
-        planner.terminate()
-        try:
-            planner.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            planner.kill()
+        stop_process(planner, 15)
         log.close()
         client.close()
         server.stop()

@@ -70,13 +70,18 @@ class RedisServer:
         raise UserError(f"redis-server did not answer on port {self.port} within {timeout_s:.0f} s")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, 5)
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout_s`; reaped either way."""
+    if process.poll() is None:
+        process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

@@ -85,21 +85,16 @@ def build_cubin(solution: Solution, arch: str, tunables: dict[str, object], work
     """Compile every `.cu` source as one translation unit into `workdir/kernels.cubin`."""
     key = build_key(solution, arch, tunables)
     started = time.monotonic()
-    if cache is not None:
-        data = cache.get_build(key)
-        if data is not None:
-            return Cubin(True, key, "", data, cached=True, seconds=time.monotonic() - started)
+    hit = from_cache(cache, key)
+    if hit is not None:
+        return hit
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         return Cubin(False, key, "nvcc is not on PATH on this evaluator")
     units = [s.path for s in solution.sources if s.path.endswith(".cu")]
     if not units:
         return Cubin(False, key, "a `cuda` solution needs at least one .cu source")
-    workdir.mkdir(parents=True, exist_ok=True)
-    for source in solution.sources:
-        path = workdir / source.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(source.content)
+    write_sources(solution, workdir)
     (workdir / UNITY_FILE).write_text("".join(f'#include "{unit}"\n' for unit in units))
     extra = solution.spec.compile_options.cuda_cflags if solution.spec.compile_options else []
     command = [nvcc, "-cubin", gencode(arch), *BASE_FLAGS, *extra, *define_flags(tunables),
@@ -116,6 +111,24 @@ def build_cubin(solution: Solution, arch: str, tunables: dict[str, object], work
     if cache is not None:
         cache.put_build(key, data)
     return Cubin(True, key, "", data, seconds=seconds)
+
+
+def from_cache(cache: BuildCache | None, key: str) -> Cubin | None:
+    """The build stored under `key`, or None (no cache, or not built yet)."""
+    started = time.monotonic()
+    data = cache.get_build(key) if cache is not None else None
+    if data is None:
+        return None
+    return Cubin(True, key, "", data, cached=True, seconds=time.monotonic() - started)
+
+
+def write_sources(solution: Solution, folder: Path) -> None:
+    """Every source file of the solution under `folder`, at its relative path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for source in solution.sources:
+        path = folder / source.path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(source.content)
 
 
 _ERROR_LINE = re.compile(r"(error|fatal|ptxas)", re.IGNORECASE)

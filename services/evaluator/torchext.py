@@ -19,7 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-from services.evaluator.nvcc import BuildCache, Cubin, compiler_excerpt, define_flags, nvcc_version
+from services.evaluator.nvcc import (BuildCache, Cubin, compiler_excerpt, define_flags, from_cache, nvcc_version,
+                                    write_sources)
 from shared.schema import Solution
 
 BUILD_TIMEOUT_S = 900.0
@@ -54,10 +55,9 @@ def build_extension(solution: Solution, arch: str, tunables: dict[str, object], 
     shared library's bytes, to be saved as `<module_name(key)>.so`."""
     key = extension_key(solution, arch, tunables)
     started = time.monotonic()
-    if cache is not None:
-        data = cache.get_build(key)
-        if data is not None:
-            return Cubin(True, key, "", data, cached=True, seconds=time.monotonic() - started)
+    hit = from_cache(cache, key)
+    if hit is not None:
+        return hit
     if shutil.which("nvcc") is None:
         return Cubin(False, key, "nvcc is not on PATH on this evaluator")
     units = [s.path for s in solution.sources if s.path.endswith(SOURCE_SUFFIXES)]
@@ -65,10 +65,7 @@ def build_extension(solution: Solution, arch: str, tunables: dict[str, object], 
         return Cubin(False, key, "a `cuda_cpp` solution needs .cu or .cpp sources")
     source_dir, build_dir = workdir / "src", workdir / "build"
     build_dir.mkdir(parents=True, exist_ok=True)
-    for source in solution.sources:
-        path = source_dir / source.path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(source.content)
+    write_sources(solution, source_dir)
     options = solution.spec.compile_options
     name = module_name(key)
     job = {"name": name, "sources": [str(source_dir / u) for u in units], "build": str(build_dir),

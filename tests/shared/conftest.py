@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from kernelswarm.launcher import stop_process
+
 
 STARTUP_TIMEOUT_S = 30.0
 
@@ -62,9 +64,4 @@ def s3_endpoint() -> Iterator[str]:
             time.sleep(0.05)
         yield f"{host}:{port}"
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_process(server, 10)
