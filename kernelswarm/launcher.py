@@ -17,6 +17,7 @@ from rich.console import Console
 
 from shared.celery_app import evaluate_queue
 from shared.errors import UserError
+from shared.process import die_with_parent
 from shared.settings import PREFIX, Settings
 
 GRACE_S = 30.0
@@ -42,17 +43,29 @@ class RedisServer:
     """A private redis-server on a free loopback port, gone when stopped."""
 
     def __init__(self, workdir: Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
+        self.binary = shutil.which("redis-server")
+        if self.binary is None:
             raise UserError("redis-server not found: install it (`apt-get install redis-server`, "
                             "or run `make run`) or set KERNELSWARM_REDIS_URL")
         workdir.mkdir(parents=True, exist_ok=True)
+        self.workdir = workdir
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._start()
+
+    def _start(self) -> None:
         self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            preexec_fn=die_with_parent())
         self._wait()
+
+    def restart(self) -> None:
+        """Killed outright and started again on the same port: a new instance, every queue empty
+        (what the swarm must survive)."""
+        self.process.kill()
+        self.process.wait()
+        self._start()
 
     def _wait(self, timeout_s: float = 10.0) -> None:
         client = redis.Redis.from_url(self.url)
@@ -117,7 +130,8 @@ class Services:
             self.processes[name] = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", module, "worker", "-n", f"{name}@%h", "--without-gossip",
                  "--without-mingle", "-l", self.settings.log_level, *options],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=die_with_parent())  # a launcher killed outright takes its workers with it
             log.close()
 
     def dead(self) -> list[str]:

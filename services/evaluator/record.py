@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import platform
+from collections.abc import Callable
+from datetime import timedelta
 
-from sqlalchemy import select
+from sqlalchemy import or_, select, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from shared.db import AttemptRow, BaselineRow, Database, ProblemRow, TraceRow, utcnow
-from shared.errors import NotFoundError
+from shared.errors import NotFoundError, RetryableError
 from shared.repository import IN_FLIGHT, get_solution, problem_from_row
 from shared.runtime import Runtime
 from shared.schema import AttemptInfo
@@ -21,22 +25,51 @@ from services.evaluator.spares import spares_for
 log = logging.getLogger(__name__)
 
 
-def evaluate_attempt(runtime: Runtime, attempt_id: str, device: str) -> str:
-    """Run the attempt once; a finished attempt is left as it is (tasks may be redelivered)."""
-    db, store = runtime.db, runtime.store
+MAX_TRIES = 2  # evaluations an attempt may start: one whose evaluator died under it twice is not run again
+DIED_MESSAGE = ("its evaluator died {tries} times while running it (a crash, an out-of-memory kill or a "
+                "restart); not run again")
+
+
+def evaluate_attempt(runtime: Runtime, attempt_id: str, device: str, evaluator: str | None = None,
+                     stale_after_s: float | None = None) -> str:
+    """Run the attempt once; a finished attempt is left as it is (tasks may be redelivered).
+
+    `evaluator` names this evaluator (its Celery node): it holds the attempt while RUNNING. Another
+    evaluator takes a RUNNING attempt over only once it is `stale_after_s` old (its holder is gone:
+    the broker redelivers only after that). The verdict is written only while this evaluator still
+    holds the attempt, or after the planner gave it up for lost (a verdict that arrives wins)."""
+    db = runtime.db
+    me = evaluator or f"{platform.node()}/{os.getpid()}"
     with db.session() as session:
         attempt = session.get(AttemptRow, attempt_id)
         if attempt is None:
             raise NotFoundError(f"no attempt {attempt_id}")
         if attempt.status not in IN_FLIGHT:
             return attempt.status
-        attempt.status = "RUNNING"
+        if not _claim(session, attempt_id, me, stale_after_s):
+            log.info("attempt=%s is held by evaluator %s: left to it", attempt_id, attempt.evaluator)
+            return attempt.status
+        session.refresh(attempt)
+        if attempt.tries > MAX_TRIES:
+            _finish_unrunnable(attempt, DIED_MESSAGE.format(tries=attempt.tries - 1))
+            log.warning("attempt=%s: %s", attempt_id, attempt.message)
+            return attempt.status
         attempt.worker = attempt.worker or platform.node()
         problem = problem_from_row(session.get(ProblemRow, attempt.problem_id))
         problem_id = attempt.problem_id
         info = AttemptInfo(campaign=str(attempt.campaign_id) if attempt.campaign_id else None,
                            worker=attempt.worker, parent=None)
         solution_hash = attempt.solution_hash
+    try:
+        return _evaluate_claimed(runtime, attempt_id, device, me, problem, problem_id, info, solution_hash)
+    except RetryableError:  # the store or the DB failed, not the solution: give the claim back
+        _release(db, attempt_id, me)
+        raise
+
+
+def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, problem, problem_id: int,
+                      info: AttemptInfo, solution_hash: str) -> str:
+    db, store = runtime.db, runtime.store
     solution = get_solution(store, solution_hash)
     log.info("evaluating attempt=%s problem=%s solution=%s", attempt_id, problem.name, solution_hash[:12])
     hardware = environment(device).hardware
@@ -48,6 +81,10 @@ def evaluate_attempt(runtime: Runtime, attempt_id: str, device: str) -> str:
     traces_hash = store.put(result.traces_jsonl())
     with db.session() as session:
         attempt = session.get(AttemptRow, attempt_id)
+        if not _still_ours(session, attempt, me):
+            log.warning("attempt=%s was taken over (%s, %s) while this evaluator ran it: verdict %s dropped",
+                        attempt_id, attempt.status, attempt.evaluator, result.status.value)
+            return attempt.status
         attempt.status = result.status.value
         attempt.hardware = hardware
         attempt.sol_score = result.sol_score
@@ -72,6 +109,69 @@ def evaluate_attempt(runtime: Runtime, attempt_id: str, device: str) -> str:
     _store_compile_baselines(db, problem_id, hardware, result.compile_ms, cached)
     log.info("attempt=%s status=%s speedup=%s", attempt_id, result.status.value, result.speedup)
     return result.status.value
+
+
+def _claim(session: Session, attempt_id: str, me: str, stale_after_s: float | None) -> bool:
+    """PENDING -> RUNNING under `me`, in one conditional UPDATE (two evaluators given the same
+    attempt: one wins). Also RUNNING ones that are `me`'s (this evaluator died and came back) or
+    stale. Counts the try."""
+    now = utcnow()
+    takeable = [AttemptRow.status == "PENDING", AttemptRow.evaluator == me, AttemptRow.evaluator.is_(None)]
+    if stale_after_s is not None:
+        takeable.append(AttemptRow.started_at < now - timedelta(seconds=stale_after_s))
+    return session.execute(
+        update(AttemptRow).where(AttemptRow.id == attempt_id, AttemptRow.status.in_(IN_FLIGHT), or_(*takeable))
+        .values(status="RUNNING", evaluator=me, started_at=now, tries=AttemptRow.tries + 1)
+        .execution_options(synchronize_session=False)).rowcount == 1
+
+
+def _still_ours(session: Session, attempt: AttemptRow, me: str) -> bool:
+    """Whether this evaluator may write the verdict: it still holds the attempt, or the planner
+    gave it up for lost meanwhile; never when another evaluator holds it or a verdict was written."""
+    if attempt.status == "RUNNING":
+        return attempt.evaluator == me
+    has_traces = session.scalar(select(TraceRow.id).where(TraceRow.attempt_id == attempt.id).limit(1)) is not None
+    return attempt.status == "TIMEOUT" and not has_traces
+
+
+def _release(db: Database, attempt_id: str, me: str) -> None:
+    """Back to PENDING, the try not counted: it never ran."""
+    with db.session() as session:
+        session.execute(update(AttemptRow).where(AttemptRow.id == attempt_id, AttemptRow.status == "RUNNING",
+                                                 AttemptRow.evaluator == me)
+                        .values(status="PENDING", evaluator=None, tries=AttemptRow.tries - 1)
+                        .execution_options(synchronize_session=False))
+
+
+def give_up(runtime: Runtime, attempt_id: str, error: Exception, tries: int) -> None:
+    """After the task's last retry of an infrastructure fault: a verdict that says so, rather than
+    an attempt left PENDING until the planner's deadline."""
+    with runtime.db.session() as session:
+        attempt = session.get(AttemptRow, attempt_id)
+        if attempt is not None and attempt.status == "PENDING":
+            _finish_unrunnable(attempt, f"not evaluated: {error} (gave up after {tries} tries)")
+    log.error("attempt=%s not evaluated after %d tries: %s", attempt_id, tries, error)
+
+
+def _finish_unrunnable(attempt: AttemptRow, message: str) -> None:
+    attempt.status, attempt.message, attempt.finished_at = "RUNTIME_ERROR", message, utcnow()
+
+
+def recover(runtime: Runtime, evaluator: str, send: Callable[[str, str], None]) -> list[str]:
+    """At start-up: the attempts this evaluator held when it last died (RUNNING under its name) go
+    back to PENDING and are sent again, to whichever evaluator of their queue is free. The tries
+    already made count (`MAX_TRIES`); the broker's own redelivery, later, finds them finished."""
+    with runtime.db.session() as session:
+        rows = session.execute(select(AttemptRow.id, AttemptRow.device).where(
+            AttemptRow.status == "RUNNING", AttemptRow.evaluator == evaluator)).all()
+        if rows:
+            session.execute(update(AttemptRow).where(AttemptRow.id.in_([r.id for r in rows]),
+                                                     AttemptRow.status == "RUNNING", AttemptRow.evaluator == evaluator)
+                            .values(status="PENDING", evaluator=None).execution_options(synchronize_session=False))
+    for attempt_id, device in rows:
+        log.warning("attempt=%s was running when evaluator %s stopped: sent again", attempt_id, evaluator)
+        send(attempt_id, device)
+    return [r.id for r in rows]
 
 
 def _compile_baselines(db: Database, problem_id: int, hardware: str) -> dict[str, float | None]:

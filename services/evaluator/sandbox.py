@@ -14,17 +14,26 @@ given. `isolation()` says what was applied on this machine.
 from __future__ import annotations
 
 import ctypes
+import functools
+import logging
 import os
 import pwd
 import resource
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.evaluator.forkserver import ForkServer, ServerGone
+from shared.process import die_with_parent, libc, set_parent_death_signal
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+CHILD_MODULE = "services.evaluator.child"
+log = logging.getLogger(__name__)
 PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "LANG")
 LOG_TAIL_CHARS = 8000
 CLONE_NEWNET = 0x40000000
@@ -36,7 +45,6 @@ LIMITS = {
 }
 NPROC_LIMIT = 4096  # threads count too: torch starts many
 UNPRIVILEGED_USER = "nobody"
-_IDS: tuple[int, int] | None = None  # decided before the fork: the preexec hook must stay minimal
 
 
 @dataclass(frozen=True)
@@ -114,14 +122,48 @@ class StartedChild:
 def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = False) -> StartedChild:
     """`python -m <args>` in `workdir`, stdout and stderr to `log_path`, stdin a pipe for its job.
     With `isolate`, the child is confined (see the module docstring); the folders it must write
-    are the caller's to hand over (`unprivileged_ids`)."""
-    with open(log_path, "wb") as log:
-        global _IDS
-        _IDS = unprivileged_ids() if isolate else None
-        process = subprocess.Popen([sys.executable, *args], cwd=workdir, env=scrubbed_env(workdir),
-                                   stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True, preexec_fn=_confine if isolate else None)
-    return StartedChild(process, workdir, log_path)
+    are the caller's to hand over (`unprivileged_ids`). The evaluator's own child
+    (`-m services.evaluator.child`) is forked by this process's fork server, with torch already
+    imported; where that server cannot run, and for anything else, the child is a new interpreter."""
+    ids = unprivileged_ids() if isolate else None
+    if args[:2] == ["-m", CHILD_MODULE]:
+        try:
+            server = ForkServer.get(scrubbed_env(Path(tempfile.gettempdir())), _start_server)
+            return StartedChild(server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids),
+                                workdir, log_path)
+        except ServerGone:
+            log.exception("no fork server: starting the child as a new interpreter")
+    # Decided before the fork, per call (attempts may start children from several threads at once):
+    # between fork and exec the hook only calls what was resolved here.
+    confine = functools.partial(_confine, isolate, ids, libc())
+
+    def spawn() -> subprocess.Popen:
+        with open(log_path, "wb") as log_file:
+            return subprocess.Popen([sys.executable, *args], cwd=workdir, env=scrubbed_env(workdir),
+                                    stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
+                                    start_new_session=True, preexec_fn=confine)
+
+    return StartedChild(_spawner().submit(spawn).result(), workdir, log_path)
+
+
+def _start_server(argv: list[str], env: dict[str, str], control_fd: int) -> subprocess.Popen:
+    """The fork server, from the spawner thread: it dies with this process, and its children with it."""
+    return _spawner().submit(lambda: subprocess.Popen(
+        argv, env=env, cwd=tempfile.gettempdir(), pass_fds=(control_fd,), stdin=subprocess.DEVNULL,
+        start_new_session=True, preexec_fn=die_with_parent(signal.SIGKILL))).result()
+
+
+_SPAWNERS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _spawner() -> ThreadPoolExecutor:
+    """The one thread of this process that starts children. A child's parent-death signal fires
+    when the thread that forked it ends, and the thread of an attempt may end before its spares do;
+    this one lasts as long as the process. Keyed by pid: a forked evaluator needs its own."""
+    pid = os.getpid()
+    if pid not in _SPAWNERS:
+        _SPAWNERS[pid] = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawner")
+    return _SPAWNERS[pid]
 
 
 def finish_child(child: StartedChild, job: str, timeout_s: float, progress: Path | None = None,
@@ -157,12 +199,6 @@ def finish_child(child: StartedChild, job: str, timeout_s: float, progress: Path
     return ChildRun(child.process.returncode, timed_out, time.monotonic() - started, _tail(child.log_path), stalled)
 
 
-def run_child(args: list[str], workdir: Path, timeout_s: float, log_path: Path, isolate: bool = False,
-              progress: Path | None = None, stall_s: float | None = None) -> ChildRun:
-    """Start a child and run `args` at once (the job is in its arguments)."""
-    return finish_child(start_child(args, workdir, log_path, isolate), "", timeout_s, progress, stall_s)
-
-
 def _mtime(path: Path | None) -> int | None:
     try:
         return path.stat().st_mtime_ns if path is not None else None
@@ -184,28 +220,26 @@ def _tail(path: Path) -> str:
     return data.decode(errors="replace")
 
 
-def _confine() -> None:
-    """Runs in the child between fork and exec: limits, then network, then identity (last, since
-    the first two need the privileges the last one gives up)."""
-    for limit, value in LIMITS.items():
-        resource.setrlimit(limit, (value, value))
-    _libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
-    if os.geteuid() != 0:
-        return
-    if _libc().unshare(CLONE_NEWNET) != 0:
-        os.write(2, b"kernelswarm sandbox: no network namespace here; network stays reachable\n")
-    ids = _IDS
-    if ids is None:
-        return
-    resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
-    uid, gid = ids
-    os.setgroups([])
-    os.setgid(gid)
-    os.setuid(uid)
-
-
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL) -> None:
+    """Runs in the child between fork and exec. Every child dies with the evaluator (a SIGKILLed
+    evaluator leaves no candidate spinning on its GPU). An isolated one then gets limits, network,
+    identity, in that order (the last gives up the privileges the first two need). The evaluator
+    has other threads, so nothing here may take a lock one of them could have held at the fork: no
+    dlopen (`lib` was loaded before), no imports."""
+    if isolate:
+        for limit, value in LIMITS.items():
+            resource.setrlimit(limit, (value, value))
+        lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
+        if os.geteuid() == 0:
+            if lib.unshare(CLONE_NEWNET) != 0:
+                os.write(2, b"kernelswarm sandbox: no network namespace here; network stays reachable\n")
+            if ids is not None:
+                resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
+                uid, gid = ids
+                os.setgroups([])
+                os.setgid(gid)
+                os.setuid(uid)
+    set_parent_death_signal(signal.SIGKILL, lib)  # the forking thread is `_spawner`'s
 
 
 def _can_unshare_net() -> bool:

@@ -1,17 +1,40 @@
-"""The `evaluate` task: decode the ids, run the attempt, retry only infrastructure faults."""
+"""The `evaluate` task: decode the ids, run the attempt, retry only infrastructure faults. At
+start-up the evaluator sends again what it was running when it last stopped (`record.recover`)."""
 
 from __future__ import annotations
 
-from celery import Celery
+import logging
 
-from services.evaluator.record import evaluate_attempt
-from shared.celery_app import EVALUATE
+from celery import Celery
+from celery.signals import worker_ready
+
+from services.evaluator.record import evaluate_attempt, give_up, recover
+from shared.celery_app import EVALUATE, evaluate_queue
 from shared.errors import RetryableError
 from shared.runtime import Runtime
 
+log = logging.getLogger(__name__)
+
 
 def register(app: Celery, runtime: Runtime) -> None:
-    @app.task(name=EVALUATE, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True,
+    stale_after_s = float(app.conf.task_time_limit or 0) or None
+
+    @app.task(name=EVALUATE, bind=True, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True,
               max_retries=5)
-    def evaluate(attempt_id: str, device: str = "cpu") -> str:
-        return evaluate_attempt(runtime, attempt_id, device)
+    def evaluate(self, attempt_id: str, device: str = "cpu") -> str:
+        try:
+            return evaluate_attempt(runtime, attempt_id, device, self.request.hostname, stale_after_s)
+        except RetryableError as error:
+            if self.request.retries >= self.max_retries:
+                give_up(runtime, attempt_id, error, self.request.retries + 1)
+            raise
+
+    def send_evaluate(attempt_id: str, device: str) -> None:
+        app.send_task(EVALUATE, args=[attempt_id, device], queue=evaluate_queue(device))
+
+    @worker_ready.connect(weak=False)
+    def recover_on_start(sender=None, **_) -> None:
+        try:
+            recover(runtime, sender.hostname, send_evaluate)
+        except Exception:  # the DB or the broker is down: the planner's deadline is the fallback
+            log.exception("could not send again the attempts left running by evaluator %s", sender.hostname)

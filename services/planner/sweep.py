@@ -11,6 +11,10 @@
   later. A duplicate is harmless: only one writer can claim an assignment.
 - Every RUNNING campaign gets a tick (a resumed or new campaign starts; one whose done messages
   were lost goes on).
+- At start-up, and whenever the broker is a new instance (Redis restarted without its data: every
+  queued message is gone), the PENDING attempts of running campaigns get their `evaluate` sent
+  again, and every QUEUED assignment its `write`. A duplicate is harmless: the evaluator claims
+  an attempt before it runs it (`services/evaluator/record.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from kombu.exceptions import OperationalError as KombuOperationalError
+from redis.exceptions import RedisError
 from sqlalchemy import or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -33,6 +38,8 @@ from shared.db import AssignmentRow, AttemptRow, CampaignRow, Database, utcnow
 log = logging.getLogger(__name__)
 
 SendTick = Callable[[int], None]
+SendEvaluate = Callable[[str, str], None]  # attempt id, device
+BrokerEpoch = Callable[[], str | None]  # changes when the broker restarts and loses its messages
 LOST_MESSAGE = ("no verdict {deadline_s:.0f} s after the attempt was recorded: its evaluation was lost "
                 "(the evaluator died or the task was dropped); marked TIMEOUT by the planner")
 
@@ -43,6 +50,7 @@ class SweepReport:
     timed_out: tuple[str, ...]  # attempts
     resent: tuple[int, ...]  # assignments
     ticked: tuple[int, ...]  # campaigns
+    reevaluated: tuple[str, ...] = ()  # attempts whose `evaluate` was sent again
 
 
 def expire_leases(db: Database, now: datetime, fallback_lease_s: float) -> list[int]:
@@ -93,12 +101,29 @@ def resend_queued(db: Database, send_write: SendWrite, older_than: datetime | No
     return queued
 
 
+def resend_pending(db: Database, send_evaluate: SendEvaluate) -> list[str]:
+    """Send `evaluate` again for the PENDING attempts of running campaigns."""
+    with db.session() as session:
+        pending = session.execute(
+            select(AttemptRow.id, AttemptRow.device).join(CampaignRow, CampaignRow.id == AttemptRow.campaign_id)
+            .where(AttemptRow.status == "PENDING", CampaignRow.status == RUNNING).order_by(AttemptRow.created_at)).all()
+    for attempt_id, device in pending:
+        send_evaluate(attempt_id, device)
+    if pending:
+        log.info("sent evaluate again for %d pending attempts", len(pending))
+    return [p.id for p in pending]
+
+
 def sweep(db: Database, send_write: SendWrite, send_tick: SendTick, config: PlannerConfig,
-          now: datetime | None = None, starting: bool = False) -> SweepReport:
+          now: datetime | None = None, starting: bool = False, send_evaluate: SendEvaluate | None = None,
+          broker_lost: bool = False) -> SweepReport:
+    """One pass. `starting`: the planner just started; `broker_lost`: the broker lost its queues."""
     now = now or utcnow()
     expired = expire_leases(db, now, config.attempt_deadline_s)
     timed_out = time_out_attempts(db, now, config.attempt_deadline_s)
-    resent = resend_queued(db, send_write, None if starting else now - timedelta(seconds=config.requeue_after_s))
+    everything = starting or broker_lost
+    resent = resend_queued(db, send_write, None if everything else now - timedelta(seconds=config.requeue_after_s))
+    reevaluated = resend_pending(db, send_evaluate) if everything and send_evaluate is not None else []
     with db.session() as session:
         running = list(session.scalars(select(CampaignRow.id).where(CampaignRow.status == RUNNING)))
     for campaign_id in running:
@@ -106,7 +131,7 @@ def sweep(db: Database, send_write: SendWrite, send_tick: SendTick, config: Plan
             with db.session() as session:
                 update_bests(session, campaign_id)
         send_tick(campaign_id)
-    return SweepReport(tuple(expired), tuple(timed_out), tuple(resent), tuple(running))
+    return SweepReport(tuple(expired), tuple(timed_out), tuple(resent), tuple(running), tuple(reevaluated))
 
 
 class Sweeper:
@@ -114,8 +139,10 @@ class Sweeper:
     It only writes rows and sends messages; the ticks run as tasks in the planner's main loop."""
 
     def __init__(self, db_factory: Callable[[], Database], send_write: SendWrite, send_tick: SendTick,
-                 config: PlannerConfig) -> None:
+                 config: PlannerConfig, send_evaluate: SendEvaluate | None = None,
+                 broker_epoch: BrokerEpoch | None = None) -> None:
         self.db_factory, self.send_write, self.send_tick, self.config = db_factory, send_write, send_tick, config
+        self.send_evaluate, self.broker_epoch = send_evaluate, broker_epoch
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="planner-sweeper", daemon=True)
 
@@ -128,12 +155,17 @@ class Sweeper:
             self._thread.join(timeout=5)
 
     def _run(self) -> None:
-        starting = True
+        starting, epoch = True, None
         while not self._stop.is_set():
             try:
-                report = sweep(self.db_factory(), self.send_write, self.send_tick, self.config, starting=starting)
-                starting = False
+                now_epoch = self.broker_epoch() if self.broker_epoch else None
+                broker_lost = epoch is not None and now_epoch is not None and now_epoch != epoch
+                if broker_lost:
+                    log.warning("the broker restarted (%s -> %s): sending queued work again", epoch, now_epoch)
+                report = sweep(self.db_factory(), self.send_write, self.send_tick, self.config, starting=starting,
+                               send_evaluate=self.send_evaluate, broker_lost=broker_lost)
+                starting, epoch = False, now_epoch or epoch
                 log.debug("sweep: %s", report)
-            except (SQLAlchemyError, KombuOperationalError, OSError):  # DB or broker down: next period
+            except (SQLAlchemyError, KombuOperationalError, RedisError, OSError):  # DB or broker down: next period
                 log.exception("sweep failed; retrying in %.0f s", self.config.sweep_every_s)
             self._stop.wait(self.config.sweep_every_s)

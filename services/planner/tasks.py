@@ -3,6 +3,7 @@ records the best and ticks; the sweeper (started when the worker is ready) recov
 
 from __future__ import annotations
 
+import redis
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
 
@@ -10,11 +11,23 @@ from services.planner.campaign import assignment_done
 from services.planner.state import StateCache
 from services.planner.sweep import Sweeper
 from services.planner.tick import PlannerConfig, tick
-from shared.celery_app import ASSIGNMENT_DONE, PLAN_TICK, WRITE
+from shared.celery_app import ASSIGNMENT_DONE, EVALUATE, PLAN_TICK, WRITE, evaluate_queue
 from shared.errors import RetryableError
 from shared.runtime import Runtime
 
 WRITE_BATCH = 1000  # `write` messages per Redis pipeline
+
+
+def broker_epoch(url: str | None) -> str | None:
+    """Redis's run id: a new one means the server restarted (and, without persistence, lost every
+    queued message). None for other brokers."""
+    if not url or not url.startswith(("redis://", "rediss://")):
+        return None
+    client = redis.Redis.from_url(url, socket_timeout=5)
+    try:
+        return str(client.info("server")["run_id"])
+    finally:
+        client.close()
 
 
 def planner_config(app: Celery, runtime: Runtime) -> PlannerConfig:
@@ -23,7 +36,8 @@ def planner_config(app: Celery, runtime: Runtime) -> PlannerConfig:
     time limit."""
     hard_limit_s = float(app.conf.task_time_limit or 0)
     visibility_s = float((app.conf.broker_transport_options or {}).get("visibility_timeout", 3600))
-    return PlannerConfig(attempt_deadline_s=runtime.settings.attempt_wait_s + visibility_s + hard_limit_s)
+    return PlannerConfig(attempt_deadline_s=runtime.settings.attempt_wait_s + visibility_s + hard_limit_s,
+                         sweep_every_s=runtime.settings.sweep_every_s)
 
 
 def register(app: Celery, runtime: Runtime, config: PlannerConfig | None = None) -> None:
@@ -50,7 +64,11 @@ def register(app: Celery, runtime: Runtime, config: PlannerConfig | None = None)
     def on_assignment_done(assignment_id: int) -> list[int]:
         return assignment_done(runtime.db, assignment_id, send_write, config, cache)
 
-    sweeper = Sweeper(lambda: runtime.db, send_write, send_tick, config)
+    def send_evaluate(attempt_id: str, device: str) -> None:
+        app.send_task(EVALUATE, args=[attempt_id, device], queue=evaluate_queue(device))
+
+    sweeper = Sweeper(lambda: runtime.db, send_write, send_tick, config, send_evaluate,
+                      lambda: broker_epoch(app.conf.broker_url))
 
     @worker_ready.connect(weak=False)
     def start_sweeper(**_) -> None:

@@ -19,7 +19,7 @@ def register(app: Celery, runtime: Runtime) -> None:
     def write(assignment_id: int) -> int:
         """Idempotent by assignment id: a duplicate finds the assignment claimed or closed. The
         planner hears of every closed assignment, again if a redelivered task finds it closed."""
-        made = run_assignment(runtime, assignment_id, send_evaluate)
+        made = run_assignment(runtime, assignment_id, send_evaluate, runtime.settings.lease_s)
         if assignment_closed(runtime, assignment_id):
             app.send_task(ASSIGNMENT_DONE, args=[assignment_id])
         return made

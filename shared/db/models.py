@@ -103,6 +103,7 @@ class AttemptRow(Base):
     __table_args__ = (
         Index("ix_attempts_problem_status", "problem_id", "status"),
         Index("ix_attempts_campaign_problem", "campaign_id", "problem_id"),
+        Index("ix_attempts_status_evaluator", "status", "evaluator"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -114,6 +115,9 @@ class AttemptRow(Base):
     device: Mapped[str] = mapped_column(String(16))
     hardware: Mapped[str | None] = mapped_column(String(128))
     worker: Mapped[str | None] = mapped_column(String(255))
+    evaluator: Mapped[str | None] = mapped_column(String(255))  # the Celery node that holds it while RUNNING
+    started_at: Mapped[datetime | None] = mapped_column()  # when that evaluator took it
+    tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # evaluations started
     workloads_total: Mapped[int] = mapped_column(Integer, default=0)
     workloads_passed: Mapped[int] = mapped_column(Integer, default=0)
     latency_ms: Mapped[float | None] = mapped_column(Float)  # mean over workloads

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROBLEMS_DIR = REPO / "problems"
 
 FAST = EvalConfig(device="cpu", correctness_rounds=2, timing_sets=2, warmup_runs=1, timing_runs=3,
-                  timing_budget_s=0.2, attempt_timeout_s=20.0)
+                  timing_budget_s=0.2, attempt_timeout_s=60.0)
 
 TOLERANCE = {
     "float32": {"max_atol": 1e-5, "max_rtol": 1e-5},

@@ -6,7 +6,6 @@ Create Date: 2026-12-02 11:52:08.062961
 """
 
 from alembic import op
-import sqlalchemy as sa
 
 
 revision = '0002'

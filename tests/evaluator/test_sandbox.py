@@ -1,0 +1,72 @@
+"""The sandbox's process handling: children die with the evaluator that started them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A stand-in evaluator: starts children that would run for ten minutes (a new interpreter, trusted
+# and isolated; the evaluator's own child forked by its fork server, trusted and isolated, waiting
+# for a job that never comes), prints their pids, then waits to be killed.
+EVALUATOR = textwrap.dedent("""
+    import sys, threading, time
+    from pathlib import Path
+    from services.evaluator.sandbox import start_child
+
+    home = Path(sys.argv[1])
+    spin = ["-c", "import time\\nwhile True: time.sleep(0.05)"]
+    waiting = ["-m", "services.evaluator.child", "--wait", "cpu"]
+    children = []  # kept: a waiting child's job pipe closes with its handle
+    def start(args, isolate, name):  # from threads, as the evaluator's attempts may
+        children.append(start_child(args, home, home / f"{name}.log", isolate=isolate))
+    threads = [threading.Thread(target=start, args=(a, i, f"{n}{i}"))
+               for n, a in (("spin", spin), ("wait", waiting)) for i in (False, True)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    print(*[c.process.pid for c in children], flush=True)
+    time.sleep(600)
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[-1][0] != "Z"  # a zombie waits for init to reap it
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
+def test_children_die_when_their_evaluator_is_killed(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    home.chmod(0o777)  # the isolated child may run as `nobody`
+    evaluator = subprocess.Popen([sys.executable, "-c", EVALUATOR, str(home)], cwd=REPO, stdout=subprocess.PIPE,
+                                 text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        pids = [int(p) for p in evaluator.stdout.readline().split()]
+        assert len(pids) == 4 and all(_alive(p) for p in pids)
+        evaluator.send_signal(signal.SIGKILL)
+        evaluator.wait()
+        deadline = time.monotonic() + 60
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in pids if _alive(p)], "a child outlived its evaluator"
+    finally:
+        evaluator.kill()
+        evaluator.wait()
+        evaluator.stdout.close()
+        for pid in pids if "pids" in locals() else []:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
