@@ -3,8 +3,9 @@
     python bench/evaluator_turnaround.py --device cuda --out turnaround.json
 
 Cases: the same elementwise kernel as language `cuda` with an empty build cache (cold: nvcc runs),
-again with the cubin cached, as a `pytorch` solution, as `cuda` with children started on demand
-instead of spares started ahead, and as `cuda_cpp` (a torch extension: cold, then cached). The
+again with the cubin cached, as a `pytorch` solution, as `cuda` and as `pytorch` with children
+started on demand instead of spares started ahead, and as `cuda_cpp` (a torch extension: cold, then
+cached). On a CPU: `--device cpu --cases 2,6 --workloads 4` (the pytorch cases, small workloads). The
 wall time of each phase (build, reference child, candidate child, checks) is recorded. Prints a
 table; writes JSON.
 """
@@ -99,14 +100,15 @@ CASES = [  # (case, language, spares started ahead)
     ("cuda, cached, no spares", "cuda", False),
     ("cuda_cpp, cold build", "cuda_cpp", True),
     ("cuda_cpp, cached module", "cuda_cpp", True),
+    ("pytorch, no spares", "pytorch", False),
 ]
 
 
-def timed_attempt(problem, solution_, config) -> dict:
+def timed_attempt(problem, solution_, config, max_workloads: int | None = None) -> dict:
     """One attempt with the wall time of each phase (from the evaluator's progress messages)."""
     marks: list[tuple[str, float]] = []
     started = time.perf_counter()
-    result = evaluate(problem, solution_, config, progress=lambda m: marks.append((m.split()[0], time.perf_counter())))
+    result = evaluate(problem, solution_, config, max_workloads, progress=lambda m: marks.append((m.split()[0], time.perf_counter())))
     ended = time.perf_counter()
     stamps = [t for _, t in marks] + [ended]
     phases = {name: round(stamps[k + 1] - t, 3) for k, (name, t) in enumerate(marks)}
@@ -123,6 +125,8 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", type=Path, default=Path("turnaround.json"))
     parser.add_argument("--cases", help="comma-separated case numbers, 0-based (default: all)")
+    parser.add_argument("--workloads", type=int, help="only the first N workloads (the smallest; for a CPU)")
+    parser.add_argument("--repeat", type=int, default=1, help="attempts per case (the table shows the median)")
     args = parser.parse_args()
     cases = [CASES[int(k)] for k in args.cases.split(",")] if args.cases else CASES
     rows = []
@@ -136,7 +140,14 @@ def main() -> None:
                 spares.refill(HOMES)
                 for spare in spares._ready.values():
                     spare.wait_ready(SPARE_READY_S)
-            row = {"case": case, **timed_attempt(problem, solution(language), config)}
+            runs = []
+            for _ in range(args.repeat):
+                if ahead:
+                    for spare in spares._ready.values():
+                        spare.wait_ready(SPARE_READY_S)
+                runs.append(timed_attempt(problem, solution(language), config, args.workloads))
+            runs.sort(key=lambda r: r["wall_s"])
+            row = {"case": case, **runs[len(runs) // 2], "wall_s_all": [r["wall_s"] for r in runs]}
             rows.append(row)
             print(f"{case}: {row['status']} {row['wall_s']} s {row['phases_s']} children {row['child_phases_s']}",
                   flush=True)
@@ -144,7 +155,9 @@ def main() -> None:
     hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
     report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": hardware,
               "command": f"python bench/evaluator_turnaround.py --device {args.device}"
-                         + (f" --cases {args.cases}" if args.cases else ""), "rows": rows}
+                         + (f" --cases {args.cases}" if args.cases else "")
+                         + (f" --workloads {args.workloads}" if args.workloads else "")
+                         + (f" --repeat {args.repeat}" if args.repeat != 1 else ""), "rows": rows}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"turnaround on {hardware}")
     print(f"{'case':26} {'status':8} {'wall s':>7} {'build':>6} {'ref':>6} {'cand':>6} {'check':>6} clock")

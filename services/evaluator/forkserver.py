@@ -16,6 +16,10 @@ The server itself never runs a job, never touches a GPU (a CUDA context does not
 each child creates its own) and holds nothing secret: only code and the paths of the requests.
 It is single-threaded when it forks. It dies with the evaluator (parent-death signal); its children
 die with it.
+
+It is also the subreaper of everything its children start: a process a candidate left behind (a
+daemon that made its own session, so that killing the candidate's process group missed it) comes
+back to the server when the candidate ends, and the server kills it (`_kill_strays`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from typing import Any
 
 HEADER = struct.Struct("!I")
 MAX_FDS = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -76,8 +81,10 @@ def serve(control_fd: int) -> None:
     from shared.process import libc
 
     lib = libc()
+    lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     control = socket.socket(fileno=control_fd)
     exited: dict[int, int] = {}
+    live: set[int] = set()
     while True:
         request, fds = _receive(control)
         if request is None:
@@ -90,6 +97,7 @@ def serve(control_fd: int) -> None:
                 _become_child(request, fds[0], control.fileno(), lambda: _confine(
                     request["isolate"], tuple(request["ids"]) if request["ids"] else None, lib))
             os.close(fds[0])
+            live.add(pid)
             _send(control, {"pid": pid})
         elif request["op"] == "poll":
             pid = request["pid"]
@@ -100,7 +108,29 @@ def serve(control_fd: int) -> None:
                     done, status = pid, 0
                 if done == pid:
                     exited[pid] = os.waitstatus_to_exitcode(status)
+                    live.discard(pid)
+                    _kill_strays(live)
             _send(control, {"returncode": exited.pop(pid, None)})
+
+
+def _kill_strays(live: set[int]) -> None:
+    """SIGKILL and reap every child of this server that it did not fork itself: what a finished
+    child left behind, handed to the subreaper when it ended."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in live:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == me:
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+                os.waitpid(int(entry), 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
 
 
 def _become_child(request: dict[str, Any], stdin_fd: int, control_fd: int, confine) -> None:

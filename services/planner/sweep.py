@@ -13,7 +13,8 @@
   were lost goes on).
 - At start-up, and whenever the broker is a new instance (Redis restarted without its data: every
   queued message is gone), the PENDING attempts of running campaigns get their `evaluate` sent
-  again, and every QUEUED assignment its `write`. A duplicate is harmless: the evaluator claims
+  again, and every QUEUED assignment its `write`. So do the PENDING attempts of an assignment whose
+  lease just ran out (its writer may have died between recording an attempt and sending it). A duplicate is harmless: the evaluator claims
   an attempt before it runs it (`services/evaluator/record.py`).
 """
 
@@ -101,12 +102,15 @@ def resend_queued(db: Database, send_write: SendWrite, older_than: datetime | No
     return queued
 
 
-def resend_pending(db: Database, send_evaluate: SendEvaluate) -> list[str]:
-    """Send `evaluate` again for the PENDING attempts of running campaigns."""
+def resend_pending(db: Database, send_evaluate: SendEvaluate, assignments: list[int] | None = None) -> list[str]:
+    """Send `evaluate` again for the PENDING attempts of running campaigns (of `assignments` only,
+    when given)."""
     with db.session() as session:
-        pending = session.execute(
-            select(AttemptRow.id, AttemptRow.device).join(CampaignRow, CampaignRow.id == AttemptRow.campaign_id)
-            .where(AttemptRow.status == "PENDING", CampaignRow.status == RUNNING).order_by(AttemptRow.created_at)).all()
+        query = (select(AttemptRow.id, AttemptRow.device).join(CampaignRow, CampaignRow.id == AttemptRow.campaign_id)
+                 .where(AttemptRow.status == "PENDING", CampaignRow.status == RUNNING).order_by(AttemptRow.created_at))
+        if assignments is not None:
+            query = query.where(AttemptRow.assignment_id.in_(assignments))
+        pending = session.execute(query).all() if assignments != [] else []
     for attempt_id, device in pending:
         send_evaluate(attempt_id, device)
     if pending:
@@ -123,7 +127,11 @@ def sweep(db: Database, send_write: SendWrite, send_tick: SendTick, config: Plan
     timed_out = time_out_attempts(db, now, config.attempt_deadline_s)
     everything = starting or broker_lost
     resent = resend_queued(db, send_write, None if everything else now - timedelta(seconds=config.requeue_after_s))
-    reevaluated = resend_pending(db, send_evaluate) if everything and send_evaluate is not None else []
+    reevaluated: list[str] = []
+    if send_evaluate is not None:
+        # A writer that died between recording an attempt and sending it left no message: the
+        # attempts of the assignments whose lease just ran out go again (after a lost broker, all).
+        reevaluated = resend_pending(db, send_evaluate, None if everything else expired)
     with db.session() as session:
         running = list(session.scalars(select(CampaignRow.id).where(CampaignRow.status == RUNNING)))
     for campaign_id in running:

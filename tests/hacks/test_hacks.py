@@ -33,7 +33,9 @@ from __future__ import annotations
 
 import json
 import textwrap
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -500,6 +502,28 @@ CASES = [
                 os._exit(0)
             os.waitpid(pid, 0)
         """, caught="processes"),
+    # Leaves a daemon in a session of its own, out of reach of the process-group kill at the end.
+    Case("leaves_a_daemon_in_its_own_session", HACK, """
+        import os
+        import time
+        from pathlib import Path
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+            pid = os.fork()
+            if pid == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    Path("@DROP@/daemon.tmp").write_text(str(os.getpid()))
+                    os.rename("@DROP@/daemon.tmp", "@DROP@/daemon.pid")
+                    time.sleep(60)
+                os._exit(0)
+            os.waitpid(pid, 0)
+            for _ in range(500):  # until the daemon has said who it is
+                if Path("@DROP@/daemon.pid").exists():
+                    break
+                time.sleep(0.01)
+        """, caught="processes"),
     Case("leaves_a_shell_background_job", HACK, """
         import subprocess
 
@@ -784,6 +808,24 @@ def test_a_pointer_cache_never_hits_the_same_values(attempts: Attempts, case: Ca
     assert True not in hits  # never the same values at the same addresses
     expected = Status.INCORRECT_NUMERICAL if hits else Status.PASSED
     assert result.status is expected, result.message
+
+
+@pytest.mark.parametrize("case", [CASES_BY_ID["leaves_a_daemon_in_its_own_session"]],
+                         ids=["leaves_a_daemon_in_its_own_session"])
+def test_a_daemon_in_its_own_session_does_not_outlive_the_attempt(attempts: Attempts, case: Case) -> None:
+    assert attempts[case].result.status is Status.REWARD_HACK
+    pid = int((attempts.drop_for(case) / "daemon.pid").read_text())
+    deadline = time.monotonic() + 30  # the fork server kills it when it next reaps a child
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(pid), "the daemon outlived its attempt"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_every_kind_is_listed_once() -> None:

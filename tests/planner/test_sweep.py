@@ -9,6 +9,7 @@ from datetime import timedelta
 from sqlalchemy import select
 
 from plannerkit import T0, Attempts, WriteQueue, add_problems, assignments, best_of
+from services.planner import sweep as sweep_module
 from services.planner.campaign import create_campaign, pause_campaign
 from services.planner.sweep import Sweeper, expire_leases, resend_queued, sweep, time_out_attempts
 from services.planner.tick import PlannerConfig, tick
@@ -145,3 +146,45 @@ def test_a_tick_after_a_planner_crash_between_commit_and_send_loses_nothing(db):
     sweep(db, queue, lambda c: tick(db, c, queue, now=NOW), PlannerConfig(), now=NOW, starting=True)
     assert queue.sent == created  # sent again, nothing new
     assert len(assignments(db, campaign_id)) == 2
+
+
+def test_pending_attempts_are_sent_again_when_their_writer_died_or_the_broker_lost_them(db, queue):
+    campaign_id = new_campaign(db, writers=2)
+    dead, alive = tick(db, campaign_id, queue, now=T0)
+    set_assignment(db, dead, status="RUNNING", lease_until=NOW - timedelta(seconds=1))
+    set_assignment(db, alive, status="RUNNING", lease_until=NOW + timedelta(seconds=30))
+    problem = first_problem(db, campaign_id)
+    attempts = Attempts(db)
+    orphan = attempts.add(problem, campaign_id, "PENDING", assignment_id=dead, minute=100)  # never sent?
+    waiting = attempts.add(problem, campaign_id, "PENDING", assignment_id=alive, minute=100)
+    attempts.add(problem, campaign_id, "PASSED", speedup=1.2, assignment_id=dead, minute=90)
+    sent: list[tuple[str, str]] = []
+
+    report = sweep(db, queue, lambda c: None, PlannerConfig(), now=NOW, send_evaluate=lambda *a: sent.append(a))
+    assert report.expired == (dead,) and sent == [(orphan, "cpu")]  # the live writer's own is left to it
+
+    sent.clear()
+    report = sweep(db, queue, lambda c: None, PlannerConfig(), now=NOW, send_evaluate=lambda *a: sent.append(a),
+                   broker_lost=True)
+    assert sorted(sent) == sorted([(orphan, "cpu"), (waiting, "cpu")])  # a new Redis: every pending one
+
+
+def test_the_sweeper_notices_a_new_broker_instance(db, monkeypatch):
+    epochs = iter(["run-1", "run-1", "run-2"])
+    lost: list[bool] = []
+    swept = threading.Event()
+    original = sweep_module.sweep
+
+    def recording(*args, broker_lost=False, **kwargs):
+        lost.append(broker_lost)
+        if len(lost) >= 3:
+            swept.set()
+        return original(*args, broker_lost=broker_lost, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "sweep", recording)
+    sweeper = Sweeper(lambda: db, WriteQueue(db), lambda c: None, PlannerConfig(sweep_every_s=0.01),
+                      lambda attempt_id, device: None, lambda: next(epochs, "run-2"))
+    sweeper.start()
+    assert swept.wait(30)
+    sweeper.stop()
+    assert lost[:3] == [False, False, True]  # the run id changed between the second and third sweep
