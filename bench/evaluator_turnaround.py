@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -24,6 +23,7 @@ import torch
 
 from services.evaluator.evaluate import EvalConfig, evaluate
 from services.evaluator.spares import HOMES, SPARE_READY_S, Spares
+from shared.hardware import cpu_name
 from shared.schema import Solution, load_problem
 from shared.store import LocalStore
 
@@ -152,7 +152,7 @@ def main() -> None:
             print(f"{case}: {row['status']} {row['wall_s']} s {row['phases_s']} children {row['child_phases_s']}",
                   flush=True)
         spares.close()
-    hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
+    hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU {cpu_name()}"
     report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": hardware,
               "command": f"python bench/evaluator_turnaround.py --device {args.device}"
                          + (f" --cases {args.cases}" if args.cases else "")
