@@ -28,7 +28,8 @@ import numpy as np
 HEADROOM_UCB = "headroom_ucb"
 GREEDY_HEADROOM = "greedy_headroom"
 ROUND_ROBIN = "round_robin"
-POLICIES = (HEADROOM_UCB, GREEDY_HEADROOM, ROUND_ROBIN)
+LLM = "llm"  # a model's advice, checked, with headroom_ucb for the rest (`advisor.py`)
+POLICIES = (HEADROOM_UCB, GREEDY_HEADROOM, ROUND_ROBIN, LLM)
 DEFAULT_POLICY = HEADROOM_UCB
 BASELINE_SCORE = 0.5  # S of the reference itself: where every problem starts
 MAX_ESTIMATE = 0.999

@@ -32,6 +32,7 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.planner.best import update_bests
+from services.planner.policy import LLM
 from services.planner.state import IN_FLIGHT
 from services.planner.tick import RUNNING, PlannerConfig, SendWrite
 from shared.db import AssignmentRow, AttemptRow, CampaignRow, Database, utcnow
@@ -173,7 +174,21 @@ class Sweeper:
                 report = sweep(self.db_factory(), self.send_write, self.send_tick, self.config, starting=starting,
                                send_evaluate=self.send_evaluate, broker_lost=broker_lost)
                 starting, epoch = False, now_epoch or epoch
+                self._advise(report.ticked)
                 log.debug("sweep: %s", report)
             except (SQLAlchemyError, KombuOperationalError, RedisError, OSError):  # DB or broker down: next period
                 log.exception("sweep failed; retrying in %.0f s", self.config.sweep_every_s)
             self._stop.wait(self.config.sweep_every_s)
+
+    def _advise(self, running: tuple[int, ...]) -> None:
+        """Ask the LLM planner about the running `llm` campaigns that are due (here, not in a tick)."""
+        advisor = self.config.advisor
+        if advisor is None or not running:
+            return
+        db = self.db_factory()
+        with db.session() as session:
+            advised = list(session.scalars(select(CampaignRow.id).where(CampaignRow.id.in_(running),
+                                                                       CampaignRow.policy == LLM)))
+        for campaign_id in advised:
+            if advisor.due(campaign_id) and advisor.refresh(db, campaign_id, self.config.policy) is not None:
+                self.send_tick(campaign_id)  # the new advice is used at once

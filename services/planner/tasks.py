@@ -7,6 +7,7 @@ import redis
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
 
+from services.planner.advisor import Advisor
 from services.planner.campaign import assignment_done
 from services.planner.state import StateCache
 from services.planner.sweep import Sweeper
@@ -36,8 +37,11 @@ def planner_config(app: Celery, runtime: Runtime) -> PlannerConfig:
     time limit."""
     hard_limit_s = float(app.conf.task_time_limit or 0)
     visibility_s = float((app.conf.broker_transport_options or {}).get("visibility_timeout", 3600))
-    return PlannerConfig(attempt_deadline_s=runtime.settings.attempt_wait_s + visibility_s + hard_limit_s,
-                         sweep_every_s=runtime.settings.sweep_every_s)
+    settings = runtime.settings
+    advisor = Advisor(settings.model, settings.openai_base_url, settings.openai_api_key) \
+        if settings.openai_api_key else None  # campaigns with policy `llm` plan with the default without it
+    return PlannerConfig(attempt_deadline_s=settings.attempt_wait_s + visibility_s + hard_limit_s,
+                         sweep_every_s=settings.sweep_every_s, advisor=advisor)
 
 
 def register(app: Celery, runtime: Runtime, config: PlannerConfig | None = None) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from sqlalchemy import insert, select, update
@@ -19,7 +19,8 @@ from sqlalchemy.orm import Session
 
 from services.planner.best import update_bests
 from services.planner.brief import Brief, default_language, guidance, parent_for
-from services.planner.policy import POLICIES, PolicyConfig, choose
+from services.planner.advisor import Advisor, choose_advised
+from services.planner.policy import LLM, POLICIES, PolicyConfig, choose
 from services.planner.state import (
     CampaignState, StateCache, count_active, parent_candidates, read_state, recent_attempts,
 )
@@ -43,6 +44,7 @@ class PlannerConfig:
     attempt_deadline_s: float = 3600.0
     requeue_after_s: float = 600.0
     sweep_every_s: float = 15.0
+    advisor: Advisor | None = field(default=None, compare=False)  # the LLM planner (policy `llm`), if configured
 
 
 def tick(db: Database, campaign_id: int, send_write: SendWrite, config: PlannerConfig = PlannerConfig(),
@@ -106,13 +108,23 @@ def _assign(session: Session, campaign: CampaignRow, state: CampaignState, confi
         return []
     per_assignment = campaign.attempts_per_assignment
     policy = campaign.policy if campaign.policy in POLICIES else POLICIES[0]
-    plan = choose(policy, state.problems, slots, per_assignment, config.policy, campaign.next_index)
+    advice = config.advisor.latest(campaign.id) if policy == LLM and config.advisor is not None else None
+    if policy == LLM:  # the model's checked advice first; the default policy for the rest (or all)
+        plan = choose_advised(advice, state.problems, slots, per_assignment, config.policy, campaign.next_index)
+    else:
+        plan = choose(policy, state.problems, slots, per_assignment, config.policy, campaign.next_index)
     campaign.next_index = plan.cursor
     if not plan.problem_ids:
         if not state.active:
             finish_campaign(campaign, now, f"every problem retired ({len(plan.retired)})")
         return []
     briefs = _briefs(session, campaign, state, plan.problem_ids, config.policy)
+    if advice is not None:
+        for problem_id, text in advice.guidance.items():
+            if problem_id in briefs and text:
+                brief = briefs[problem_id]
+                briefs[problem_id] = replace(brief, guidance=f"Planner: {text}" + (
+                    f"\n{brief.guidance}" if brief.guidance else ""))
     rows = []
     for problem_id in plan.problem_ids:
         budget = min(per_assignment, attempts_left)

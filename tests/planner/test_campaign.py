@@ -214,7 +214,7 @@ def test_a_campaign_without_problems_is_a_user_error(db):
     ({"problem_ids": "dup"}, "problem ids given twice"),
     ({"writers": 0}, "writers must be at least 1"),
     ({"attempts_per_assignment": 0}, "attempts per assignment must be at least 1"),
-    ({"policy": "llm"}, "unknown policy 'llm'"),
+    ({"policy": "oracle"}, "unknown policy 'oracle'"),
     ({"name": " "}, "a campaign needs a name"),
     ({"budgets": Budgets(attempts=0)}, "the attempts budget must be positive"),
     ({"budgets": Budgets(gpu_s=-1.0)}, "the GPU-seconds budget must be positive"),
