@@ -3,6 +3,11 @@
 Each proposal is a solution not yet tried on the problem: first every seed as written, then the
 neighbours of the best passing solution (one tunable moved to another value), then any untried
 combination of any seed's tunables. It returns None when the search space is exhausted.
+
+Per shape: the variants of one Python seed often win on different workloads (a small block for
+small shapes, a large one for large). Once they do, the tuner proposes, before anything else, a
+solution that dispatches each workload's input shapes to the variant that was fastest on it
+(`dispatch_solution`); it is an attempt like any other, kept only if it measures better.
 """
 
 from __future__ import annotations
@@ -40,16 +45,19 @@ def base_of(solution: Solution, seeds: list[Solution]) -> Solution | None:
 
 
 def propose(seeds: list[Solution], tried: set[str], best: tuple[Solution, str] | None,
-            rng: random.Random) -> Proposal | None:
-    """`tried`: content hashes already attempted on the problem; `best`: (solution, hash).
+            rng: random.Random, dispatch: Solution | None = None) -> Proposal | None:
+    """`tried`: content hashes already attempted on the problem; `best`: (solution, hash);
+    `dispatch`: the per-shape dispatching solution of the current winners, if there is one.
 
     Seeds are proposed with their default tunable values written out, so that the same choice
     reached again through the grid has the same hash and is not evaluated twice.
     """
-    seeds = [with_tunables(s, _current(s)) if s.spec.tunables else s for s in seeds]
+    seeds = [with_tunables(s, current_values(s)) if s.spec.tunables else s for s in seeds]
     for seed in seeds:
         if seed.content_hash() not in tried:
             return Proposal(seed, None, "seed")
+    if dispatch is not None and dispatch.content_hash() not in tried:
+        return Proposal(dispatch, best[1] if best else None, "each shape to its fastest variant")
     if best is not None:
         best_solution, best_hash = best
         seed = base_of(best_solution, seeds)
@@ -68,13 +76,13 @@ def propose(seeds: list[Solution], tried: set[str], best: tuple[Solution, str] |
     return None
 
 
-def _current(solution: Solution) -> dict[str, object]:
+def current_values(solution: Solution) -> dict[str, object]:
     spec = solution.spec
     return {name: spec.tunable_values.get(name, values[0]) for name, values in spec.tunables.items()}
 
 
 def _neighbours(seed: Solution, solution: Solution) -> list[Solution]:
-    current = _current(solution)
+    current = current_values(solution)
     found = []
     for name, values in seed.spec.tunables.items():
         for value in values:
@@ -87,3 +95,66 @@ def _grid(seed: Solution) -> list[Solution]:
     names = list(seed.spec.tunables)
     combos = itertools.islice(itertools.product(*(seed.spec.tunables[n] for n in names)), MAX_COMBINATIONS)
     return [with_tunables(seed, dict(zip(names, combo))) for combo in combos]
+
+
+PYTHON_LANGUAGES = ("pytorch", "triton")
+DISPATCH_FILE = "_dispatch_by_shape.py"
+DISPATCH = """\"\"\"Written by the tuner: each call goes to the variant of {entry} that was fastest on
+inputs of its shapes (the tunable values per variant below); other shapes go to variant {default}.\"\"\"
+
+import importlib.util
+from pathlib import Path
+
+VARIANTS = {variants!r}
+BY_SHAPES = {by_shapes!r}
+DEFAULT = {default!r}
+
+
+def _load(index, values):
+    path = Path(__file__).resolve().parent / {entry!r}
+    spec = importlib.util.spec_from_file_location(f"_tuned_variant_{{index}}", path)
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(values)  # the tunables, as the evaluator sets them: globals before the code runs
+    spec.loader.exec_module(module)
+    return getattr(module, {symbol!r})
+
+
+_RUNS = [_load(index, values) for index, values in enumerate(VARIANTS)]
+
+
+def run(*args, **kwargs):
+    shapes = tuple(tuple(a.shape) for a in args if len(getattr(a, "shape", ())) > 0)
+    return _RUNS[BY_SHAPES.get(shapes, DEFAULT)](*args, **kwargs)
+"""
+
+
+def shape_key(definition, workload, destination_passing: bool) -> tuple[tuple[int, ...], ...]:
+    """The shapes of the tensors (not the scalars) a call gets on `workload`, inputs then outputs
+    when the solution writes into them: what the dispatcher sees."""
+    axes = definition.resolve_axes(dict(workload.axes))
+    specs = list(definition.inputs.values()) + (list(definition.outputs.values()) if destination_passing else [])
+    shapes = (definition.shape_of(spec, axes) for spec in specs)
+    return tuple(tuple(shape) for shape in shapes if shape)
+
+
+def dispatch_solution(seed: Solution, winners: dict[tuple, dict[str, object]], default: dict[str, object]) -> Solution | None:
+    """A solution that runs, for each shape key, the variant of `seed` (its tunable values) that
+    won there, and `default` elsewhere; None when fewer than two variants win or the seed is not
+    Python (the tunables of compiled languages are build flags: one build cannot hold two)."""
+    if seed.spec.language.value not in PYTHON_LANGUAGES or DISPATCH_FILE in {s.path for s in seed.sources}:
+        return None
+    variants: list[dict[str, object]] = [dict(default)]
+    by_shapes: dict[tuple, int] = {}
+    for key, values in sorted(winners.items(), key=lambda item: repr(item[0])):
+        if dict(values) not in variants:
+            variants.append(dict(values))
+        by_shapes[key] = variants.index(dict(values))
+    if len({index for index in by_shapes.values()}) < 2:
+        return None
+    source = DISPATCH.format(entry=seed.entry_file, symbol=seed.entry_symbol, variants=variants,
+                             by_shapes=by_shapes, default=0)
+    spec = seed.spec.model_copy(update={"entry_point": f"{DISPATCH_FILE}::run", "tunables": {}, "tunable_values": {}})
+    base = seed.name.split("[", 1)[0]
+    return seed.model_copy(update={
+        "spec": spec, "name": f"{base}[by shape: {len(variants)} variants]",
+        "sources": [*seed.sources, type(seed.sources[0])(path=DISPATCH_FILE, content=source)]})

@@ -35,9 +35,9 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from services.worker.llm_writer import agent_attempts
-from services.worker.tuner import propose
-from shared.db import AssignmentRow, AttemptRow, CampaignRow, ProblemRow, utcnow
-from shared.repository import IN_FLIGHT, create_attempt, get_solution, put_solution
+from services.worker.tuner import base_of, current_values, dispatch_solution, propose, shape_key, with_tunables
+from shared.db import AssignmentRow, AttemptRow, CampaignRow, ProblemRow, TraceRow, utcnow
+from shared.repository import IN_FLIGHT, create_attempt, get_solution, problem_from_row, put_solution
 from shared.runtime import Runtime
 from shared.schema import Solution
 from shared.schema.problem import load_problem
@@ -237,13 +237,58 @@ def _submit_once(runtime: Runtime, job: Job, rng: random.Random) -> str | None:
                                       AttemptRow.sol_score, AttemptRow.assignment_id)
                                .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device)).all()
         tried = {r.solution_hash for r in rows}
-        proposal = propose(list(job.seeds), tried, _best(runtime, rows, job), rng)
+        best = _best(runtime, rows, job)
+        proposal = propose(list(job.seeds), tried, best, rng, _dispatch(runtime, session, job, best))
         if proposal is None:
             return None
         digest = put_solution(session, runtime.store, job.problem_id, proposal.solution, proposal.parent_hash)
         attempt = create_attempt(session, job.problem_id, digest, job.device, campaign_id=job.campaign_id,
                                  assignment_id=job.assignment_id, worker=platform.node())
         return attempt.id  # committed when the session closes, before the task is sent
+
+
+def _dispatch(runtime: Runtime, session, job: Job, best: tuple[Solution, str] | None) -> Solution | None:
+    """The solution that sends each workload's shapes to the variant of the best's seed that was
+    fastest on that workload (its PASSED traces on the problem), when two or more variants win."""
+    if best is None:
+        return None
+    seed = base_of(best[0], [with_tunables(s, current_values(s)) if s.spec.tunables else s for s in job.seeds])
+    if seed is None or not seed.spec.tunables:
+        return None
+    fastest: dict[str, tuple[float, str]] = {}
+    for workload_uuid, latency_ms, solution_hash in session.execute(
+            select(TraceRow.workload_uuid, TraceRow.latency_ms, AttemptRow.solution_hash)
+            .join(AttemptRow, AttemptRow.id == TraceRow.attempt_id)
+            .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device,
+                   TraceRow.status == "PASSED", TraceRow.latency_ms.is_not(None))):
+        if workload_uuid not in fastest or latency_ms < fastest[workload_uuid][0]:
+            if solution_hash == best[1] or _variant_of(runtime, solution_hash, seed):
+                fastest[workload_uuid] = (latency_ms, solution_hash)
+    problem = problem_from_row(session.get(ProblemRow, job.problem_id))
+    dps = seed.spec.destination_passing_style
+    winners = {}
+    for workload in problem.workloads:
+        if workload.uuid in fastest:
+            variant = best[0] if fastest[workload.uuid][1] == best[1] else _solution(runtime, fastest[workload.uuid][1])
+            winners[shape_key(problem.definition, workload, dps)] = current_values(variant)
+    return dispatch_solution(seed, winners, current_values(best[0]))
+
+
+def _variant_of(runtime: Runtime, solution_hash: str, seed: Solution) -> bool:
+    solution = _solution(runtime, solution_hash)
+    return solution.sources == seed.sources and solution.spec.tunables == seed.spec.tunables
+
+
+_SOLUTIONS: dict[str, Solution] = {}
+
+
+def _solution(runtime: Runtime, solution_hash: str) -> Solution:
+    """A solution never changes under its hash (the SHA-256 of its content): read once per process."""
+    if solution_hash not in _SOLUTIONS:
+        if len(_SOLUTIONS) > 4096:
+            _SOLUTIONS.clear()
+        _SOLUTIONS[solution_hash] = get_solution(runtime.store, solution_hash)
+    return _SOLUTIONS[solution_hash]
 
 
 def _best(runtime: Runtime, rows, job: Job) -> tuple[Solution, str] | None:
