@@ -36,6 +36,12 @@ RUN LIBRARY_PATH=/usr/local/cuda/lib64/stubs \
     pip install --no-binary pycuda "pycuda==${PYCUDA_VERSION}" \
  && python -c "import pycuda; print('pycuda', pycuda.VERSION_TEXT)"
 
+# NVIDIA's CuTe DSL for language `cute_dsl` (its CUDA 13 libraries; cuda-python for its driver calls).
+# Without it the evaluator answers `cute_dsl` attempts UNSUPPORTED.
+ARG CUTE_DSL_VERSION=4.8.1
+RUN pip install "nvidia-cutlass-dsl[cu13]==${CUTE_DSL_VERSION}" "cuda-python>=13" \
+ && python -c "import cutlass.cute; print('cute dsl ${CUTE_DSL_VERSION}')"
+
 WORKDIR /app
 COPY pyproject.toml README.md ./
 RUN mkdir -p shared services kernelswarm \

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.evaluator import cutedsl
 from services.evaluator.nvcc import BuildCache, build_cubin
 from services.evaluator.torchext import build_extension, module_name
 from shared.schema import Language, Solution, Status
@@ -37,6 +38,8 @@ def build_solution(solution: Solution, device: str, target: Path, arch: str | No
         names = ", ".join(sorted(s.value for s in supported)) or "none"
         return Build(Status.UNSUPPORTED, f"language {language.value} does not run on device {device} "
                                          f"(this evaluator runs: {names})", target, tunables)
+    if language is Language.CUTE_DSL and not cutedsl.available():
+        return Build(Status.UNSUPPORTED, cutedsl.INSTALL_HINT, target, tunables)
     target.mkdir(parents=True, exist_ok=True)
     errors = []
     for source in solution.sources:

@@ -174,6 +174,8 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
                   device: torch.device, state: dict) -> dict[str, Any]:
     try:
         if "entry" not in state:
+            if job.get("language") == "cute_dsl":
+                import cutlass.cute  # noqa: F401  (trusted, and before the guard's snapshot)
             guard = state["guard"] = Guard()  # before the solution's code runs at all
             # The verdict's own path, bound before the solution may rebind this module's names.
             state["verdict"] = (_enforce, guard.check, guard.check_inputs, guard.check_outputs, guard.check_call)
@@ -223,8 +225,13 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
                 tensorfile.save(outputs, outputs_dir / f"w{index}_s{rounds + t}.st")
     except HackDetected as hack:
         return {"status": "REWARD_HACK", "message": str(hack)}
-    except Exception:
+    except Exception as error:
+        if type(error).__name__ == "CompileFailed":  # cute_dsl: `cute.compile` refused it
+            return {"status": "COMPILE_ERROR", "message": str(error)}
         return {"status": "RUNTIME_ERROR", "message": _traceback()}
+    finally:
+        if hasattr(state.get("entry"), "compile_s"):
+            PHASES["compile"] = round(state["entry"].compile_s, 4)
     if not math.isfinite(latency.median_ms):
         return {"status": "RUNTIME_ERROR", "message": "timing produced no finite latency"}
     timing = {**latency.as_dict(), "sm_clock_mhz_before": clock_before, "sm_clock_mhz_after": clock_after}
@@ -298,6 +305,10 @@ def _load_entry(job: dict):
         raise AttributeError(f"{job['entry_file']} defines no callable `{job['entry_symbol']}`")
     if job.get("cubin_path"):
         return _with_kernels(entry, Path(job["cubin_path"]), torch.device(job["device"]))
+    if job.get("language") == "cute_dsl":
+        from services.evaluator.cutedsl import CuteEntry
+
+        return CuteEntry(entry)
     return entry
 
 

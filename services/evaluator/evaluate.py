@@ -200,6 +200,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     candidate = _child(dirs["cand"], config, children.started("candidate"), dict(
         common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
         entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
+        language=solution.spec.language.value,
         cubin_path=str(build.cubin_path) if build.cubin_path else None,
         extension_path=str(build.extension_path) if build.extension_path else None,
         destination_passing_style=solution.spec.destination_passing_style,

@@ -15,7 +15,7 @@ log = logging.getLogger(__name__)
 SOLUTION_SCHEMA = {
     "type": "object",
     "properties": {
-        "language": {"type": "string", "enum": ["cuda", "pytorch", "triton"]},
+        "language": {"type": "string", "enum": ["cuda", "pytorch", "triton", "cute_dsl"]},
         "entry_point": {"type": "string", "description": "<file>::<function>, e.g. launch.py::run"},
         "files": {"type": "array", "items": {
             "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},

@@ -67,7 +67,7 @@ class SourceFile(Frozen):
 # What an evaluator on each kind of device runs (the others are UNSUPPORTED there).
 LANGUAGES_BY_DEVICE: dict[str, set[Language]] = {
     "cpu": {Language.PYTORCH},
-    "cuda": {Language.PYTORCH, Language.TRITON, Language.CUDA, Language.CUDA_CPP},
+    "cuda": {Language.PYTORCH, Language.TRITON, Language.CUDA, Language.CUDA_CPP, Language.CUTE_DSL},
 }
 
 

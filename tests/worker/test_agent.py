@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 
@@ -145,3 +146,11 @@ def test_protocol_cuda_example_builds(tmp_path):
     built = build_cubin(solution, "sm_90a", {"BLOCK": 128}, tmp_path / "build")
     assert built.ok, built.log
     compile(launch, "launch.py", "exec")
+
+
+def test_protocol_cute_dsl_example_is_an_entry_the_evaluator_can_load():
+    source = next(b for b in re.findall(r"```python\n(.*?)```", PROTOCOL, re.DOTALL) if "@cute.jit" in b)
+    tree = compile(source, "kernel.py", "exec", flags=ast.PyCF_ONLY_AST)
+    jitted = [f.name for f in tree.body if isinstance(f, ast.FunctionDef)
+              and any(getattr(d, "attr", None) == "jit" for d in f.decorator_list)]
+    assert jitted == ["run"]  # compiled on the GPU by tests/gpu/test_cute_dsl.py, on the CPU by hand
