@@ -80,6 +80,10 @@ def serve(control_fd: int) -> None:
     from services.evaluator.sandbox import _confine
     from shared.process import libc
 
+    import torch
+
+    if torch.cuda.is_initialized():  # a CUDA context does not survive fork(): refuse to serve at all
+        raise RuntimeError("the fork server's imports initialised CUDA; children must start as new interpreters")
     lib = libc()
     lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     control = socket.socket(fileno=control_fd)
@@ -220,6 +224,8 @@ class ForkServer:
         with cls._registry:
             server = cls._servers.get(os.getpid())
             if server is None or server.process.poll() is not None:
+                if server is not None:
+                    server.socket.close()  # its children died with it
                 server = cls._servers[os.getpid()] = ForkServer(env, popen)
             return server
 

@@ -70,3 +70,32 @@ def test_children_die_when_their_evaluator_is_killed(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def _wait_child(home: Path, name: str):
+    from services.evaluator.sandbox import finish_child, start_child
+
+    child = start_child(["-m", "services.evaluator.child", "--wait", "cpu"], home, home / f"{name}.log")
+    return child, finish_child(child, "", 60)  # an empty job line: the spare exits 0 unused
+
+
+def test_a_dead_fork_server_is_replaced_and_a_missing_one_falls_back_on_new_interpreters(tmp_path, monkeypatch):
+    from services.evaluator import forkserver, sandbox
+
+    home = tmp_path / "home"
+    home.mkdir()
+    child, run = _wait_child(home, "first")
+    assert isinstance(child.process, forkserver.ForkedProcess) and run.exit_code == 0
+    server = forkserver.ForkServer._servers[os.getpid()]
+    server.process.kill()
+    server.process.wait()
+    child, run = _wait_child(home, "second")  # a new server
+    assert isinstance(child.process, forkserver.ForkedProcess) and run.exit_code == 0
+    assert forkserver.ForkServer._servers[os.getpid()] is not server
+
+    def gone(*args, **kwargs):
+        raise forkserver.ServerGone("no fork server here")
+
+    monkeypatch.setattr(sandbox.ForkServer, "get", gone)
+    child, run = _wait_child(home, "third")
+    assert isinstance(child.process, subprocess.Popen) and run.exit_code == 0
