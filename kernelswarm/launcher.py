@@ -21,6 +21,8 @@ from shared.process import die_with_parent
 from shared.settings import PREFIX, Settings
 
 GRACE_S = 30.0
+MAX_RESTARTS = 5  # a service that exits this often within RESTART_WINDOW_S is left dead (and `up` stops)
+RESTART_WINDOW_S = 600.0
 
 
 def free_port() -> int:
@@ -116,26 +118,48 @@ class Services:
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     dead_unexpectedly: list[str] = field(default_factory=list)
 
+    restarts: dict[str, list[float]] = field(default_factory=dict)  # name -> monotonic times of restarts
+
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = settings_env(self.settings)
+        for name in self._commands():
+            self._start(name)
+
+    def _commands(self) -> dict[str, list[str]]:
         writers = str(max(1, self.settings.writers))
-        commands = {
+        return {
             "planner": ["services.planner.entrypoint", "-Q", "plan", "--pool", "solo"],
             "worker": ["services.worker.entrypoint", "-Q", "write", "--pool", "threads", "-c", writers],
             "evaluator": ["services.evaluator.entrypoint", "-Q", evaluate_queue(self.settings.device), "--pool", "solo"],
         }
-        for name, (module, *options) in commands.items():
-            log = open(self.log_dir / f"{name}.log", "ab")
+
+    def _start(self, name: str) -> None:
+        module, *options = self._commands()[name]
+        with open(self.log_dir / f"{name}.log", "ab") as log:
             self.processes[name] = subprocess.Popen(
                 [sys.executable, "-m", "celery", "-A", module, "worker", "-n", f"{name}@%h", "--without-gossip",
                  "--without-mingle", "-l", self.settings.log_level, *options],
-                env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=die_with_parent())  # a launcher killed outright takes its workers with it
-            log.close()
+                env=settings_env(self.settings), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, preexec_fn=die_with_parent())  # a launcher killed outright takes them along
 
     def dead(self) -> list[str]:
         return [name for name, p in self.processes.items() if p.poll() is not None]
+
+    def restart_dead(self) -> tuple[list[str], list[str]]:
+        """As compose's `restart: unless-stopped`: start again each service that exited, unless it
+        already did so `MAX_RESTARTS` times within `RESTART_WINDOW_S` (a crash loop). Returns
+        (restarted, given up)."""
+        restarted, given_up = [], []
+        now = time.monotonic()
+        for name in self.dead():
+            recent = [t for t in self.restarts.get(name, []) if now - t < RESTART_WINDOW_S]
+            if len(recent) >= MAX_RESTARTS:
+                given_up.append(name)
+                continue
+            self.restarts[name] = [*recent, now]
+            self._start(name)
+            restarted.append(name)
+        return restarted, given_up
 
     def stop(self) -> None:
         for process in self.processes.values():

@@ -9,7 +9,9 @@ from datetime import datetime
 from rich.console import Console
 from sqlalchemy import func, select
 
-from kernelswarm.launcher import GRACE_S, RedisServer, Services, WebServer, port_is_free
+from kernelswarm.launcher import (
+    GRACE_S, MAX_RESTARTS, RESTART_WINDOW_S, RedisServer, Services, WebServer, port_is_free,
+)
 from services.planner.campaign import create_campaign, stop_campaign
 from shared.celery_app import PLAN_TICK, make_celery
 from shared.db import AttemptRow, Database
@@ -108,10 +110,13 @@ def _watch(db: Database, campaign_id: int, services: Services, duration_s: float
         elapsed = time.monotonic() - started
         if duration_s is not None and elapsed >= duration_s:
             return
-        dead = services.dead()
-        if dead:
-            services.dead_unexpectedly = dead
-            raise UserError(f"{', '.join(dead)} exited; see {services.log_dir}")
+        restarted, given_up = services.restart_dead()
+        if given_up:
+            services.dead_unexpectedly = given_up
+            raise UserError(f"{', '.join(given_up)} kept exiting ({MAX_RESTARTS} restarts in "
+                            f"{RESTART_WINDOW_S / 60:.0f} min); see {services.log_dir}")
+        for name in restarted:
+            out.print(f"[yellow]{name} exited; started it again[/yellow] (see {services.log_dir / (name + '.log')})")
         if elapsed - last_report >= PROGRESS_EVERY_S:
             last_report = elapsed
             counts = _counts(db, campaign_id)
