@@ -40,6 +40,7 @@ class Settings(BaseModel):
     attempt_timeout_s: float = 300.0
     workload_timeout_s: float = 120.0  # the candidate is killed when one workload makes no progress this long
     scratch_dir: Path | None = None
+    fork_server: bool = True  # fork children from a process with torch imported; false: a new interpreter each
     # Writers and planner.
     writers: int = 3
     attempts_per_assignment: int = 4

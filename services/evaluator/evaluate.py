@@ -56,6 +56,7 @@ class EvalConfig:
     reference_timeout_s: float = 900.0  # the trusted reference child's limit (torch.compile included)
     workload_timeout_s: float | None = 120.0  # the candidate killed when one workload takes longer
     spares: Spares | None = None  # children started ahead (the evaluator service); None: start on demand
+    fork_server: bool = True  # children forked from a warm fork server (sandbox.start_child)
 
     @classmethod
     def from_settings(cls, settings: Settings, device: str | None = None,
@@ -63,7 +64,7 @@ class EvalConfig:
         return cls(device or settings.device, max(1, settings.correctness_rounds), max(1, settings.timing_sets),
                    settings.warmup_runs, max(3, settings.timing_runs), settings.timing_budget_s,
                    settings.attempt_timeout_s, settings.scratch_dir, build_cache,
-                   workload_timeout_s=settings.workload_timeout_s)
+                   workload_timeout_s=settings.workload_timeout_s, fork_server=settings.fork_server)
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class _Children:
         if spare is None:
             home = self.dirs["ref" if role == "reference" else "cand"]
             return start_child([*CHILD, "--wait", self.config.device], home, home / "child.log",
-                               isolate=role == "candidate")
+                               isolate=role == "candidate", fork_server=self.config.fork_server)
         return spare.child
 
     def wait_ready(self) -> None:

@@ -75,7 +75,8 @@ def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, p
     hardware = environment(device).hardware
     cached = _compile_baselines(db, problem_id, hardware)
     config = EvalConfig.from_settings(runtime.settings, device, store)
-    config = dataclasses.replace(config, spares=spares_for(device, scratch_root(config)), compile_baselines=cached,
+    config = dataclasses.replace(config, spares=spares_for(device, scratch_root(config), config.fork_server),
+                                 compile_baselines=cached,
                                  measure_compile=device.startswith("cuda") and len(cached) < len(problem.workloads))
     result = evaluate(problem, solution, config, attempt=info)
     traces_hash = store.put(result.traces_jsonl())

@@ -119,14 +119,16 @@ class StartedChild:
                 pass  # the pipe's reader is gone
 
 
-def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = False) -> StartedChild:
+def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = False,
+                fork_server: bool = True) -> StartedChild:
     """`python -m <args>` in `workdir`, stdout and stderr to `log_path`, stdin a pipe for its job.
     With `isolate`, the child is confined (see the module docstring); the folders it must write
     are the caller's to hand over (`unprivileged_ids`). The evaluator's own child
     (`-m services.evaluator.child`) is forked by this process's fork server, with torch already
-    imported; where that server cannot run, and for anything else, the child is a new interpreter."""
+    imported (unless `fork_server` is False: KERNELSWARM_FORK_SERVER); where that server cannot run,
+    and for anything else, the child is a new interpreter."""
     ids = unprivileged_ids() if isolate else None
-    if args[:2] == ["-m", CHILD_MODULE]:
+    if fork_server and args[:2] == ["-m", CHILD_MODULE]:
         try:
             server = ForkServer.get(scrubbed_env(Path(tempfile.gettempdir())), _start_server)
             return StartedChild(server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids),

@@ -40,8 +40,8 @@ class Spare:
 
 
 class Spares:
-    def __init__(self, device: str, scratch: str | None) -> None:
-        self.device, self.scratch = device, scratch
+    def __init__(self, device: str, scratch: str | None, fork_server: bool = True) -> None:
+        self.device, self.scratch, self.fork_server = device, scratch, fork_server
         self._ready: dict[str, Spare] = {}
         self._lock = threading.Lock()
         atexit.register(self.close)
@@ -82,7 +82,7 @@ class Spares:
             root.chmod(0o711)
             os.chown(root / home, *ids)
         child = start_child(["-m", "services.evaluator.child", "--wait", self.device], root / home,
-                            root / home / "child.log", isolate=role == "candidate")
+                            root / home / "child.log", isolate=role == "candidate", fork_server=self.fork_server)
         return Spare(child, root)
 
 
@@ -91,12 +91,12 @@ def discard(spare: Spare) -> None:
     shutil.rmtree(spare.root, ignore_errors=True)
 
 
-_POOLS: dict[tuple[str, str | None], Spares] = {}
+_POOLS: dict[tuple[str, str | None, bool], Spares] = {}
 
 
-def spares_for(device: str, scratch: str | None) -> Spares:
+def spares_for(device: str, scratch: str | None, fork_server: bool = True) -> Spares:
     """The process's pool for one device (the evaluator service keeps spares between attempts)."""
-    key = (device, scratch)
+    key = (device, scratch, fork_server)
     if key not in _POOLS:
-        _POOLS[key] = Spares(device, scratch)
+        _POOLS[key] = Spares(device, scratch, fork_server)
     return _POOLS[key]

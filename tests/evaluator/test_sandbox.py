@@ -99,3 +99,24 @@ def test_a_dead_fork_server_is_replaced_and_a_missing_one_falls_back_on_new_inte
     monkeypatch.setattr(sandbox.ForkServer, "get", gone)
     child, run = _wait_child(home, "third")
     assert isinstance(child.process, subprocess.Popen) and run.exit_code == 0
+
+
+def test_without_the_fork_server_an_attempt_runs_in_new_interpreters(affine):
+    import dataclasses
+
+    from evalkit import FAST, make_solution
+    from services.evaluator.evaluate import evaluate
+    from shared.schema import Status
+
+    solution = make_solution("import torch\n\ndef run(x, w, b, y):\n    y.copy_(x * w + b)\n", affine.name)
+    result = evaluate(affine, solution, dataclasses.replace(FAST, fork_server=False))
+    assert result.status is Status.PASSED, result.message
+
+
+def test_fork_server_false_starts_a_new_interpreter(tmp_path):
+    from services.evaluator.sandbox import finish_child, start_child
+
+    child = start_child(["-m", "services.evaluator.child", "--wait", "cpu"], tmp_path, tmp_path / "c.log",
+                        fork_server=False)
+    assert isinstance(child.process, subprocess.Popen)
+    assert finish_child(child, "", 60).exit_code == 0
