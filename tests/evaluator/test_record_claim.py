@@ -67,7 +67,7 @@ class Evaluations:
 def evaluations(monkeypatch) -> Evaluations:
     stand_in = Evaluations()
     monkeypatch.setattr(record, "evaluate", stand_in)
-    monkeypatch.setattr(record, "spares_for", lambda device, scratch: None)
+    monkeypatch.setattr(record, "spares_for", lambda *args: None)
     return stand_in
 
 
