@@ -18,8 +18,12 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 
 
-def write_problem(root: Path, name: str) -> Path:
-    """A valid problem whose seed has 500 tunable values: the tuner never runs out."""
+SEED = "def run(x, y):\n    y.copy_(x * 2)\n"
+
+
+def write_problem(root: Path, name: str, seed: str = SEED) -> Path:
+    """A valid problem whose seed (`seed`, the source of `run(x, y)`) has 500 tunable values: the
+    tuner never runs out."""
     folder = root / name
     (folder / "solutions").mkdir(parents=True)
     (folder / "definition.json").write_text(json.dumps({
@@ -32,7 +36,7 @@ def write_problem(root: Path, name: str) -> Path:
         "name": f"{name}_seed", "definition": name, "author": "tests",
         "spec": {"languages": ["pytorch"], "target_hardware": ["CPU"], "entry_point": "main.py::run",
                  "destination_passing_style": True, "tunables": {"UNROLL": list(range(500))}},
-        "sources": [{"path": "main.py", "content": "def run(x, y):\n    y.copy_(x * 2)\n"}]}))
+        "sources": [{"path": "main.py", "content": seed}]}))
     return folder
 
 

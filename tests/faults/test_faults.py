@@ -29,6 +29,8 @@ pytestmark = pytest.mark.e2e
 
 BUDGET, PER_ASSIGNMENT, WRITERS = 14, 2, 2
 DEADLINE_S = 420
+# About a second per attempt (5 calls), so that the evaluator is reliably caught in the middle of one.
+SLOW_SEED = "import time\n\ndef run(x, y):\n    time.sleep(0.2)\n    y.copy_(x * 2)\n"
 
 
 def attempts_by_status(db: Database, campaign_id: int) -> dict[str, int]:
@@ -73,7 +75,7 @@ def test_the_swarm_survives_its_services_and_its_broker_dying_mid_campaign(tmp_p
                         timing_sets=1, warmup_runs=1, timing_runs=3, timing_budget_s=0.05, attempt_timeout_s=30)
     db = Database(settings.db_url)
     with db.session() as session:
-        ids = [upsert_problem(session, load_problem(write_problem(tmp_path / "problems", name))).id
+        ids = [upsert_problem(session, load_problem(write_problem(tmp_path / "problems", name, SLOW_SEED))).id
                for name in ("fault_a", "fault_b")]
     campaign_id = create_campaign(db, "faults", ids, "cpu", WRITERS, PER_ASSIGNMENT, budgets=Budgets(attempts=BUDGET))
     env = settings_env(settings) | {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
@@ -133,6 +135,8 @@ def test_the_swarm_survives_its_services_and_its_broker_dying_mid_campaign(tmp_p
         wait_for("more verdicts", lambda: finished(db, campaign_id) >= done + 2)
         redis_server.restart()
         injected.append("redis restart")
+        wait_for("the planner to notice the new Redis",  # its sweep sends what the old one lost
+                 lambda: "the broker restarted" in (logs / "planner.log").read_text(errors="replace"))
 
         # 4. The planner.
         done = finished(db, campaign_id)
