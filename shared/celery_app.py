@@ -33,6 +33,12 @@ def evaluate_queue(device: str) -> str:
     return EVALUATE_QUEUE if device == "cpu" else f"{EVALUATE_QUEUE}.{device}"
 
 
+def send_evaluate(app: Celery, attempt_id: str, device: str) -> None:
+    """`evaluator.evaluate` for one attempt, on its device's queue (writers, the web form, the
+    planner's sweep and an evaluator back from a crash all send it so)."""
+    app.send_task(EVALUATE, args=[attempt_id, device], queue=evaluate_queue(device))
+
+
 def make_celery(settings: Settings, name: str = "kernelswarm") -> Celery:
     app = Celery(name, broker=settings.broker_url)
     hard_limit_s = settings.attempt_timeout_s * 2 + 60

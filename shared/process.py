@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import signal
 import sys
 from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 
 
 @functools.cache
@@ -30,6 +32,34 @@ def set_parent_death_signal(sig: int, lib: ctypes.CDLL) -> None:
     """In a forked child before exec: `sig` when the forking thread ends. After any change of
     identity, which clears it; exec keeps it."""
     lib.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def state_and_parent(pid: int) -> tuple[str, int] | None:
+    """The process's state letter (`Z`: a zombie waiting to be reaped) and its parent's pid, from
+    /proc; None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+        return fields[0], int(fields[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie."""
+    found = state_and_parent(pid)
+    return found is not None and found[0] != "Z"
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is `pid`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            known = state_and_parent(int(entry))
+            if known is not None and known[1] == pid:
+                found.append(int(entry))
+    return found
 
 
 def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None] | None:

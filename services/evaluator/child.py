@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from services.evaluator import tensorfile
+from services.evaluator.cutedsl import CompileFailed, CuteEntry
 from services.evaluator.guards import Guard, snapshot
 from services.evaluator.inputs import InputError, make_inputs, torch_dtype
 from services.evaluator.spares import READY_FILE
@@ -225,12 +226,12 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
                 tensorfile.save(outputs, outputs_dir / f"w{index}_s{rounds + t}.st")
     except HackDetected as hack:
         return {"status": "REWARD_HACK", "message": str(hack)}
-    except Exception as error:
-        if type(error).__name__ == "CompileFailed":  # cute_dsl: `cute.compile` refused it
-            return {"status": "COMPILE_ERROR", "message": str(error)}
+    except CompileFailed as refused:  # cute_dsl: `cute.compile` refused it
+        return {"status": "COMPILE_ERROR", "message": str(refused)}
+    except Exception:
         return {"status": "RUNTIME_ERROR", "message": _traceback()}
     finally:
-        if hasattr(state.get("entry"), "compile_s"):
+        if isinstance(state.get("entry"), CuteEntry):
             PHASES["compile"] = round(state["entry"].compile_s, 4)
     if not math.isfinite(latency.median_ms):
         return {"status": "RUNTIME_ERROR", "message": "timing produced no finite latency"}
@@ -306,8 +307,6 @@ def _load_entry(job: dict):
     if job.get("cubin_path"):
         return _with_kernels(entry, Path(job["cubin_path"]), torch.device(job["device"]))
     if job.get("language") == "cute_dsl":
-        from services.evaluator.cutedsl import CuteEntry
-
         return CuteEntry(entry)
     return entry
 

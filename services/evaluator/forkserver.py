@@ -37,9 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shared.process import PR_SET_CHILD_SUBREAPER, children_of, libc
+
 HEADER = struct.Struct("!I")
 MAX_FDS = 1
-PR_SET_CHILD_SUBREAPER = 36
 
 
 def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -78,7 +79,6 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 def serve(control_fd: int) -> None:
     from services.evaluator import child  # noqa: F401  (imported once here, inherited by every fork)
     from services.evaluator.sandbox import _confine
-    from shared.process import libc
 
     import torch
 
@@ -98,7 +98,7 @@ def serve(control_fd: int) -> None:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _become_child(request, fds[0], control.fileno(), lambda: _confine(
+                _become_child(request, fds[0], lambda: _confine(
                     request["isolate"], tuple(request["ids"]) if request["ids"] else None, lib))
             os.close(fds[0])
             live.add(pid)
@@ -120,24 +120,16 @@ def serve(control_fd: int) -> None:
 def _kill_strays(live: set[int]) -> None:
     """SIGKILL and reap every child of this server that it did not fork itself: what a finished
     child left behind, handed to the subreaper when it ended."""
-    me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in live:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        if ppid == me:
+    for pid in children_of(os.getpid()):
+        if pid not in live:
             try:
-                os.kill(int(entry), signal.SIGKILL)
-                os.waitpid(int(entry), 0)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
 
 
-def _become_child(request: dict[str, Any], stdin_fd: int, control_fd: int, confine) -> None:
+def _become_child(request: dict[str, Any], stdin_fd: int, confine) -> None:
     """In the forked child; never returns."""
     code = 1
     try:
@@ -146,7 +138,7 @@ def _become_child(request: dict[str, Any], stdin_fd: int, control_fd: int, confi
         log = os.open(request["log_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX") if os.sysconf("SC_OPEN_MAX") < 65536 else 65536)
+        os.closerange(3, min(os.sysconf("SC_OPEN_MAX"), 65536))  # the control socket included
         confine()
         os.chdir(request["workdir"])
         os.environ.clear()

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.evaluator.forkserver import ForkServer, ServerGone
-from shared.process import die_with_parent, libc, set_parent_death_signal
+from shared.process import PR_SET_CHILD_SUBREAPER, die_with_parent, libc, set_parent_death_signal
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 CHILD_MODULE = "services.evaluator.child"
@@ -37,7 +37,6 @@ log = logging.getLogger(__name__)
 PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "LANG")
 LOG_TAIL_CHARS = 8000
 CLONE_NEWNET = 0x40000000
-PR_SET_CHILD_SUBREAPER = 36
 LIMITS = {
     resource.RLIMIT_NOFILE: 4096,
     resource.RLIMIT_FSIZE: 64 << 30,  # no file larger than 64 GiB

@@ -3,13 +3,14 @@ start-up the evaluator sends again what it was running when it last stopped (`re
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from celery import Celery
 from celery.signals import worker_ready
 
 from services.evaluator.record import evaluate_attempt, give_up, recover
-from shared.celery_app import EVALUATE, evaluate_queue
+from shared.celery_app import EVALUATE, send_evaluate
 from shared.errors import RetryableError
 from shared.runtime import Runtime
 
@@ -29,12 +30,9 @@ def register(app: Celery, runtime: Runtime) -> None:
                 give_up(runtime, attempt_id, error, self.request.retries + 1)
             raise
 
-    def send_evaluate(attempt_id: str, device: str) -> None:
-        app.send_task(EVALUATE, args=[attempt_id, device], queue=evaluate_queue(device))
-
     @worker_ready.connect(weak=False)
     def recover_on_start(sender=None, **_) -> None:
         try:
-            recover(runtime, sender.hostname, send_evaluate)
+            recover(runtime, sender.hostname, functools.partial(send_evaluate, app))
         except Exception:  # the DB or the broker is down: the planner's deadline is the fallback
             log.exception("could not send again the attempts left running by evaluator %s", sender.hostname)

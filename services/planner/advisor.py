@@ -109,11 +109,9 @@ def choose_advised(advice: Advice | None, problems: Sequence[ProblemStats], slot
     if advice is None:
         return default
     open_ids = {p.problem_id for p in problems} - default.retired
-    advised = [p for p in advice.order if p in open_ids][:slots]
-    rest = choose(DEFAULT_POLICY, problems, slots - len(advised), per_assignment, config, cursor) \
-        if len(advised) < slots else default
-    filler = list(rest.problem_ids[: slots - len(advised)])
-    return Plan(tuple(advised + filler), default.retired, cursor)
+    advised = tuple(p for p in advice.order if p in open_ids)[:slots]
+    filler = choose(DEFAULT_POLICY, problems, slots - len(advised), per_assignment, config, cursor).problem_ids
+    return Plan(advised + filler, default.retired, cursor)
 
 
 class Advisor:

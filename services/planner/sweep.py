@@ -106,12 +106,14 @@ def resend_queued(db: Database, send_write: SendWrite, older_than: datetime | No
 def resend_pending(db: Database, send_evaluate: SendEvaluate, assignments: list[int] | None = None) -> list[str]:
     """Send `evaluate` again for the PENDING attempts of running campaigns (of `assignments` only,
     when given)."""
+    if assignments == []:
+        return []
     with db.session() as session:
         query = (select(AttemptRow.id, AttemptRow.device).join(CampaignRow, CampaignRow.id == AttemptRow.campaign_id)
                  .where(AttemptRow.status == "PENDING", CampaignRow.status == RUNNING).order_by(AttemptRow.created_at))
         if assignments is not None:
             query = query.where(AttemptRow.assignment_id.in_(assignments))
-        pending = session.execute(query).all() if assignments != [] else []
+        pending = session.execute(query).all()
     for attempt_id, device in pending:
         send_evaluate(attempt_id, device)
     if pending:

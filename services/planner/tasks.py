@@ -3,6 +3,8 @@ records the best and ticks; the sweeper (started when the worker is ready) recov
 
 from __future__ import annotations
 
+import functools
+
 import redis
 from celery import Celery
 from celery.signals import worker_ready, worker_shutdown
@@ -12,7 +14,7 @@ from services.planner.campaign import assignment_done
 from services.planner.state import StateCache
 from services.planner.sweep import Sweeper
 from services.planner.tick import PlannerConfig, tick
-from shared.celery_app import ASSIGNMENT_DONE, EVALUATE, PLAN_TICK, WRITE, evaluate_queue
+from shared.celery_app import ASSIGNMENT_DONE, PLAN_TICK, WRITE, send_evaluate
 from shared.errors import RetryableError
 from shared.runtime import Runtime
 
@@ -68,10 +70,7 @@ def register(app: Celery, runtime: Runtime, config: PlannerConfig | None = None)
     def on_assignment_done(assignment_id: int) -> list[int]:
         return assignment_done(runtime.db, assignment_id, send_write, config, cache)
 
-    def send_evaluate(attempt_id: str, device: str) -> None:
-        app.send_task(EVALUATE, args=[attempt_id, device], queue=evaluate_queue(device))
-
-    sweeper = Sweeper(lambda: runtime.db, send_write, send_tick, config, send_evaluate,
+    sweeper = Sweeper(lambda: runtime.db, send_write, send_tick, config, functools.partial(send_evaluate, app),
                       lambda: broker_epoch(app.conf.broker_url))
 
     @worker_ready.connect(weak=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from flask import Blueprint, Response, jsonify, render_template, request, url_for
 
 from services.web import auth
@@ -17,7 +19,7 @@ from services.web.submission import (
     accept,
     validate,
 )
-from shared.celery_app import EVALUATE, evaluate_queue
+from shared.celery_app import send_evaluate
 
 bp = Blueprint("submit", __name__)
 
@@ -73,13 +75,7 @@ def _accept(texts: dict[str, str]) -> Accepted:
 
 def _sender() -> SendEvaluate | None:
     celery = get_backends().celery
-    if celery is None:
-        return None
-
-    def send(attempt_id: str, device: str) -> None:
-        celery.send_task(EVALUATE, args=[attempt_id, device], queue=evaluate_queue(device))
-
-    return send
+    return None if celery is None else functools.partial(send_evaluate, celery)
 
 
 def _texts_from_form() -> tuple[dict[str, str], dict[str, list[str]]]:

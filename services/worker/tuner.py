@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from shared.schema import Solution
@@ -44,20 +45,24 @@ def base_of(solution: Solution, seeds: list[Solution]) -> Solution | None:
     return None
 
 
-def propose(seeds: list[Solution], tried: set[str], best: tuple[Solution, str] | None,
-            rng: random.Random, dispatch: Solution | None = None) -> Proposal | None:
-    """`tried`: content hashes already attempted on the problem; `best`: (solution, hash);
-    `dispatch`: the per-shape dispatching solution of the current winners, if there is one.
+def written_out(seeds) -> list[Solution]:
+    """The seeds with their default tunable values written out, so that the same choice reached
+    again through the grid has the same hash and is not evaluated twice."""
+    return [with_tunables(s, current_values(s)) if s.spec.tunables else s for s in seeds]
 
-    Seeds are proposed with their default tunable values written out, so that the same choice
-    reached again through the grid has the same hash and is not evaluated twice.
-    """
-    seeds = [with_tunables(s, current_values(s)) if s.spec.tunables else s for s in seeds]
+
+def propose(seeds: list[Solution], tried: set[str], best: tuple[Solution, str] | None,
+            rng: random.Random, dispatch: Callable[[], Solution | None] | None = None) -> Proposal | None:
+    """`tried`: content hashes already attempted on the problem; `best`: (solution, hash);
+    `dispatch`: makes the per-shape dispatching solution of the current winners, if there is one
+    (called only once every seed was tried: it reads the problem's traces)."""
+    seeds = written_out(seeds)
     for seed in seeds:
         if seed.content_hash() not in tried:
             return Proposal(seed, None, "seed")
-    if dispatch is not None and dispatch.content_hash() not in tried:
-        return Proposal(dispatch, best[1] if best else None, "each shape to its fastest variant")
+    dispatching = dispatch() if dispatch is not None else None
+    if dispatching is not None and dispatching.content_hash() not in tried:
+        return Proposal(dispatching, best[1] if best else None, "each shape to its fastest variant")
     if best is not None:
         best_solution, best_hash = best
         seed = base_of(best_solution, seeds)

@@ -35,7 +35,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from services.worker.llm_writer import agent_attempts
-from services.worker.tuner import base_of, current_values, dispatch_solution, propose, shape_key, with_tunables
+from services.worker.tuner import base_of, current_values, dispatch_solution, propose, shape_key, written_out
 from shared.db import AssignmentRow, AttemptRow, CampaignRow, ProblemRow, TraceRow, utcnow
 from shared.repository import IN_FLIGHT, create_attempt, get_solution, problem_from_row, put_solution
 from shared.runtime import Runtime
@@ -238,7 +238,7 @@ def _submit_once(runtime: Runtime, job: Job, rng: random.Random) -> str | None:
                                .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device)).all()
         tried = {r.solution_hash for r in rows}
         best = _best(runtime, rows, job)
-        proposal = propose(list(job.seeds), tried, best, rng, _dispatch(runtime, session, job, best))
+        proposal = propose(list(job.seeds), tried, best, rng, lambda: _dispatch(runtime, session, job, best))
         if proposal is None:
             return None
         digest = put_solution(session, runtime.store, job.problem_id, proposal.solution, proposal.parent_hash)
@@ -252,7 +252,7 @@ def _dispatch(runtime: Runtime, session, job: Job, best: tuple[Solution, str] | 
     fastest on that workload (its PASSED traces on the problem), when two or more variants win."""
     if best is None:
         return None
-    seed = base_of(best[0], [with_tunables(s, current_values(s)) if s.spec.tunables else s for s in job.seeds])
+    seed = base_of(best[0], written_out(job.seeds))
     if seed is None or not seed.spec.tunables:
         return None
     fastest: dict[str, tuple[float, str]] = {}
@@ -262,7 +262,7 @@ def _dispatch(runtime: Runtime, session, job: Job, best: tuple[Solution, str] | 
             .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device,
                    TraceRow.status == "PASSED", TraceRow.latency_ms.is_not(None))):
         if workload_uuid not in fastest or latency_ms < fastest[workload_uuid][0]:
-            if solution_hash == best[1] or _variant_of(runtime, solution_hash, seed):
+            if solution_hash == best[1] or base_of(_solution(runtime, solution_hash), [seed]) is not None:
                 fastest[workload_uuid] = (latency_ms, solution_hash)
     problem = problem_from_row(session.get(ProblemRow, job.problem_id))
     dps = seed.spec.destination_passing_style
@@ -272,11 +272,6 @@ def _dispatch(runtime: Runtime, session, job: Job, best: tuple[Solution, str] | 
             variant = best[0] if fastest[workload.uuid][1] == best[1] else _solution(runtime, fastest[workload.uuid][1])
             winners[shape_key(problem.definition, workload, dps)] = current_values(variant)
     return dispatch_solution(seed, winners, current_values(best[0]))
-
-
-def _variant_of(runtime: Runtime, solution_hash: str, seed: Solution) -> bool:
-    solution = _solution(runtime, solution_hash)
-    return solution.sources == seed.sources and solution.spec.tunables == seed.spec.tunables
 
 
 _SOLUTIONS: dict[str, Solution] = {}

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from shared.process import running
+
 REPO = Path(__file__).resolve().parents[2]
 
 # A stand-in evaluator: starts children that would run for ten minutes (a new interpreter, trusted
@@ -37,14 +39,6 @@ EVALUATOR = textwrap.dedent("""
 """)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(") ")[-1][0] != "Z"  # a zombie waits for init to reap it
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
 def test_children_die_when_their_evaluator_is_killed(tmp_path: Path) -> None:
     home = tmp_path / "home"
@@ -54,13 +48,13 @@ def test_children_die_when_their_evaluator_is_killed(tmp_path: Path) -> None:
                                  text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         pids = [int(p) for p in evaluator.stdout.readline().split()]
-        assert len(pids) == 4 and all(_alive(p) for p in pids)
+        assert len(pids) == 4 and all(running(p) for p in pids)
         evaluator.send_signal(signal.SIGKILL)
         evaluator.wait()
         deadline = time.monotonic() + 60
-        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        while any(running(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not [p for p in pids if _alive(p)], "a child outlived its evaluator"
+        assert not [p for p in pids if running(p)], "a child outlived its evaluator"
     finally:
         evaluator.kill()
         evaluator.wait()

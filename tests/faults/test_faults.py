@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select
@@ -23,6 +22,7 @@ from shared.celery_app import PLAN_TICK, make_celery
 from shared.db import AssignmentRow, AttemptRow, Database, TraceRow
 from shared.repository import upsert_problem
 from shared.schema import load_problem
+from shared.process import children_of, running
 from shared.settings import Settings
 
 pytestmark = pytest.mark.e2e
@@ -43,29 +43,13 @@ def finished(db: Database, campaign_id: int) -> int:
     return sum(n for status, n in attempts_by_status(db, campaign_id).items() if status not in ("PENDING", "RUNNING"))
 
 
-def children_of(pid: int) -> list[int]:
-    """Every descendant of `pid` (from /proc: ppid is the 4th field of stat)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
+def descendants(pid: int) -> list[int]:
     found, frontier = [], [pid]
     while frontier:
-        parent = frontier.pop()
-        kids = [p for p, pp in parents.items() if pp == parent]
+        kids = children_of(frontier.pop())
         found += kids
         frontier += kids
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
-    except OSError:
-        return False
 
 
 def test_the_swarm_survives_its_services_and_its_broker_dying_mid_campaign(tmp_path):
@@ -105,7 +89,7 @@ def test_the_swarm_survives_its_services_and_its_broker_dying_mid_campaign(tmp_p
                     worker.restart()
             time.sleep(0.1)
 
-    def running(table, **where) -> bool:
+    def any_running(table) -> bool:
         with db.session() as session:
             return session.scalar(select(func.count()).select_from(table).where(
                 table.campaign_id == campaign_id, table.status == "RUNNING")) > 0
@@ -114,19 +98,19 @@ def test_the_swarm_survives_its_services_and_its_broker_dying_mid_campaign(tmp_p
         make_celery(settings).send_task(PLAN_TICK, args=[campaign_id])
 
         # 1. The evaluator, in the middle of an attempt: its children must go with it.
-        wait_for("an attempt being evaluated", lambda: finished(db, campaign_id) >= 2 and running(AttemptRow))
+        wait_for("an attempt being evaluated", lambda: finished(db, campaign_id) >= 2 and any_running(AttemptRow))
         evaluator = services["evaluator"]
-        orphans = children_of(evaluator.process.pid)
+        orphans = descendants(evaluator.process.pid)
         assert orphans, "the evaluator had no children to leave behind"
         evaluator.kill()
         injected.append("evaluator SIGKILL")
-        wait_for("the killed evaluator's children to exit", lambda: not [p for p in orphans if alive(p)],
+        wait_for("the killed evaluator's children to exit", lambda: not [p for p in orphans if running(p)],
                  killed="evaluator")
         evaluator.restart()
 
         # 2. A writer holding an assignment.
         done = finished(db, campaign_id)
-        wait_for("a writer at work", lambda: finished(db, campaign_id) >= done + 2 and running(AssignmentRow))
+        wait_for("a writer at work", lambda: finished(db, campaign_id) >= done + 2 and any_running(AssignmentRow))
         services["writer"].restart()
         injected.append("writer SIGKILL")
 

@@ -35,11 +35,11 @@ import json
 import textwrap
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from services.evaluator.sandbox import isolation
+from shared.process import running
 from shared.schema import Status
 from tests.hacks.hackkit import Attempts, Case, assert_status, start_attempts
 
@@ -816,16 +816,9 @@ def test_a_daemon_in_its_own_session_does_not_outlive_the_attempt(attempts: Atte
     assert attempts[case].result.status is Status.REWARD_HACK
     pid = int((attempts.drop_for(case) / "daemon.pid").read_text())
     deadline = time.monotonic() + 30  # the fork server kills it when it next reaps a child
-    while _alive(pid) and time.monotonic() < deadline:
+    while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(pid), "the daemon outlived its attempt"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert not running(pid), "the daemon outlived its attempt"
 
 
 def test_every_kind_is_listed_once() -> None:

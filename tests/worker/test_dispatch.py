@@ -77,10 +77,11 @@ def test_the_tuner_proposes_it_after_the_seeds_and_once():
     dispatch = dispatch_solution(seed, {((3, 16),): {"CHUNK": 1}, ((7, 16),): {"CHUNK": 4}}, {"CHUNK": 2})
     written = with_tunables(seed, {"CHUNK": 1})
     tried = {written.content_hash()}
-    first = propose([seed], tried, (written, written.content_hash()), random.Random(0), dispatch)
+    first = propose([seed], tried, (written, written.content_hash()), random.Random(0), lambda: dispatch)
     assert first.solution == dispatch and first.reason == "each shape to its fastest variant"
     tried.add(dispatch.content_hash())
-    assert propose([seed], tried, (written, written.content_hash()), random.Random(0), dispatch).solution != dispatch
+    assert propose([seed], tried, (written, written.content_hash()), random.Random(0),
+                   lambda: dispatch).solution != dispatch
 
 
 def test_the_writer_finds_the_winners_in_the_problems_traces(tmp_path):

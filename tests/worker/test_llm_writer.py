@@ -21,6 +21,20 @@ PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
 SOURCE = "import torch\n\ndef run(hidden_states, weight, output):\n    output.copy_(hidden_states)\n"
 
 
+def add_assignment(runtime: Runtime, guidance: str | None = None) -> int:
+    """A running campaign on the RMSNorm problem with one QUEUED assignment of 3 attempts."""
+    with runtime.db.session() as session:
+        problem_id = upsert_problem(session, load_problem(PROBLEMS / "llama31_8b_rmsnorm")).id
+        campaign = CampaignRow(name="c", device="cpu", status="RUNNING")
+        session.add(campaign)
+        session.flush()
+        assignment = AssignmentRow(campaign_id=campaign.id, problem_id=problem_id, budget_attempts=3,
+                                   status="QUEUED", guidance=guidance)
+        session.add(assignment)
+        session.flush()
+        return assignment.id
+
+
 def test_agent_writes_when_an_api_key_is_set(tmp_path):
     endpoint = ScriptedEndpoint([
         tool_call("evaluate", {"language": "pytorch", "files": [{"path": "main.py", "content": SOURCE}]}),
@@ -29,16 +43,7 @@ def test_agent_writes_when_an_api_key_is_set(tmp_path):
     runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS, attempt_wait_s=5.0, model="test-model",
                                openai_api_key="sk-test", openai_base_url=endpoint.url))
     try:
-        with runtime.db.session() as session:
-            problem_id = upsert_problem(session, load_problem(PROBLEMS / "llama31_8b_rmsnorm")).id
-            campaign = CampaignRow(name="c", device="cpu", status="RUNNING")
-            session.add(campaign)
-            session.flush()
-            assignment = AssignmentRow(campaign_id=campaign.id, problem_id=problem_id, budget_attempts=3,
-                                       status="QUEUED", guidance="the last attempt was slow")
-            session.add(assignment)
-            session.flush()
-            assignment_id = assignment.id
+        assignment_id = add_assignment(runtime, guidance="the last attempt was slow")
 
         def judge(attempt_id: str, device: str) -> None:  # the evaluator's verdict, at once
             with runtime.db.session() as session:
@@ -67,16 +72,7 @@ def test_an_unreachable_endpoint_gives_the_assignment_back_for_the_planner_to_re
     runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS, attempt_wait_s=5.0, model="test-model",
                                openai_api_key="sk-test", openai_base_url=f"http://127.0.0.1:{port}/v1"))
     try:
-        with runtime.db.session() as session:
-            problem_id = upsert_problem(session, load_problem(PROBLEMS / "llama31_8b_rmsnorm")).id
-            campaign = CampaignRow(name="c", device="cpu", status="RUNNING")
-            session.add(campaign)
-            session.flush()
-            assignment = AssignmentRow(campaign_id=campaign.id, problem_id=problem_id, budget_attempts=3,
-                                       status="QUEUED")
-            session.add(assignment)
-            session.flush()
-            assignment_id = assignment.id
+        assignment_id = add_assignment(runtime)
 
         def never(attempt_id: str, device: str) -> None:
             raise AssertionError("nothing reaches the evaluator without a model")
