@@ -5,15 +5,23 @@ kernel, and the spread of the evaluator's own number over repeated attempts.
 
 Kernels are `pytorch` solutions of elementwise and matrix problems sized from a few µs to a few ms.
 Each repeat is a full attempt (child process, fresh inputs, L2 flush, median of >= 50 runs). do_bench
-runs in this process on the same shapes with its own L2 flush; its median is taken. Prints a table;
+runs in this process on the same shapes with its own L2 flush; its median is taken. With `--ncu`,
+Nsight Compute also times the same call in a process of its own (`ncu --clock-control none`, caches
+flushed before each kernel, the default): the sum of the kernels' `gpu__time_duration` per call,
+median over the profiled calls; it is the kernels' own time on the GPU, as CUPTI's. Prints a table;
 writes JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import io
 import json
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
@@ -58,17 +66,57 @@ def solution(name: str, line: str) -> Solution:
         "sources": [{"path": "main.py", "content": f"import torch\n\ndef run(x, y, out):\n    {line}\n"}]})
 
 
-def do_bench_ms(line: str, axes: dict[str, int], dtype: str, matmul: bool) -> float:
-    import triton.testing
+NCU_CALLS = 20
+NCU_UNITS = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0, "second": 1e3, "s": 1e3}
 
+
+def make_call(name: str):
+    body, axes, dtype, line = KERNELS[name]
     torch_dtype = getattr(torch, dtype)
     m, n = axes["m"], axes["n"]
     x = torch.randn(m, n, device="cuda", dtype=torch_dtype)
-    y = torch.randn(n if matmul else m, n, device="cuda", dtype=torch_dtype)
+    y = torch.randn(n if "@" in body else m, n, device="cuda", dtype=torch_dtype)
     out = torch.empty(m, n, device="cuda", dtype=torch_dtype)
-    call = {"torch.add(x, y, out=out)": lambda: torch.add(x, y, out=out),
+    return {"torch.add(x, y, out=out)": lambda: torch.add(x, y, out=out),
             "torch.matmul(x, y, out=out)": lambda: torch.matmul(x, y, out=out)}[line]
-    return float(triton.testing.do_bench(call, warmup=100, rep=500, return_mode="median"))
+
+
+def do_bench_ms(name: str) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(make_call(name), warmup=100, rep=500, return_mode="median"))
+
+
+def ncu_target(name: str) -> None:
+    """Run under ncu: warm up unprofiled, then NCU_CALLS calls inside the profiler range."""
+    call = make_call(name)
+    for _ in range(5):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for _ in range(NCU_CALLS):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
+def ncu_ms(name: str) -> tuple[float | None, str]:
+    """Median per call of the kernels' summed `gpu__time_duration` under Nsight Compute."""
+    if shutil.which("ncu") is None:
+        return None, "ncu is not on PATH"
+    command = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics",
+               "gpu__time_duration.sum", "--csv", sys.executable, __file__, "--ncu-target", name]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    rows = [r for r in csv.DictReader(io.StringIO(done.stdout[done.stdout.find('"ID"'):]))
+            if r.get("Metric Name") == "gpu__time_duration.sum"]
+    if done.returncode != 0 or not rows:
+        return None, f"ncu exit {done.returncode}: {(done.stderr or done.stdout)[-800:]}"
+    durations = [float(r["Metric Value"].replace(",", "")) * NCU_UNITS[r["Metric Unit"]] for r in rows]
+    per_call = len(durations) // NCU_CALLS
+    if per_call == 0 or len(durations) % NCU_CALLS:
+        return None, f"ncu profiled {len(durations)} kernels for {NCU_CALLS} calls"
+    calls = [sum(durations[i * per_call:(i + 1) * per_call]) for i in range(NCU_CALLS)]
+    return statistics.median(calls), f"{per_call} kernel(s) per call: {sorted({r['Kernel Name'][:60] for r in rows})}"
 
 
 def main() -> None:
@@ -76,7 +124,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("fidelity.json"))
     parser.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated subset")
+    parser.add_argument("--ncu", action="store_true", help="also time each call under Nsight Compute")
+    parser.add_argument("--ncu-target", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.ncu_target:
+        return ncu_target(args.ncu_target)
     config = EvalConfig(device="cuda", correctness_rounds=1, timing_sets=2, warmup_runs=5, timing_runs=100,
                         timing_budget_s=2.0, attempt_timeout_s=300)
     rows = []
@@ -90,19 +142,26 @@ def main() -> None:
                 if result.status.value != "PASSED":
                     raise SystemExit(f"{name}: {result.status.value}: {result.message}")
                 ours.append(result.traces[0].evaluation.performance.latency_ms)
-            reference = do_bench_ms(line, axes, dtype, "@" in body)
+            reference = do_bench_ms(name)
             median = statistics.median(ours)
-            rows.append({"kernel": name, "ours_ms": ours, "ours_median_ms": median, "do_bench_ms": reference,
-                         "ratio": median / reference, "spread": max(ours) / min(ours)})
-            print(f"{name}: ours {ours} do_bench {reference:.4f}", flush=True)
+            row = {"kernel": name, "ours_ms": ours, "ours_median_ms": median, "do_bench_ms": reference,
+                   "ratio": median / reference, "spread": max(ours) / min(ours)}
+            if args.ncu:
+                row["ncu_ms"], row["ncu_note"] = ncu_ms(name)
+                row["ratio_ncu"] = median / row["ncu_ms"] if row["ncu_ms"] else None
+            rows.append(row)
+            print(f"{name}: ours {ours} do_bench {reference:.4f} ncu {row.get('ncu_ms')} {row.get('ncu_note', '')}",
+                  flush=True)
     report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": torch.cuda.get_device_name(),
-              "command": f"python bench/evaluator_fidelity.py --repeats {args.repeats} --kernels {args.kernels}",
+              "command": f"python bench/evaluator_fidelity.py --repeats {args.repeats} --kernels {args.kernels}"
+                         + (" --ncu" if args.ncu else ""),
               "rows": rows}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"fidelity on {report['hardware']}")
-    print(f"{'kernel':14} {'ours ms':>10} {'do_bench ms':>12} {'ours/db':>8} {'max/min':>8}")
+    print(f"{'kernel':16} {'ours ms':>10} {'do_bench ms':>12} {'ours/db':>8} {'ncu ms':>10} {'ours/ncu':>8} {'max/min':>8}")
     for r in rows:
-        print(f"{r['kernel']:14} {r['ours_median_ms']:>10.4f} {r['do_bench_ms']:>12.4f} {r['ratio']:>8.3f} "
+        ncu = f"{r['ncu_ms']:>10.4f} {r['ratio_ncu']:>8.3f}" if r.get("ncu_ms") else f"{'-':>10} {'-':>8}"
+        print(f"{r['kernel']:16} {r['ours_median_ms']:>10.4f} {r['do_bench_ms']:>12.4f} {r['ratio']:>8.3f} {ncu} "
               f"{r['spread']:>8.3f}")
 
 

@@ -2,6 +2,7 @@
 
     python bench/library.py --out library.json --markdown library.md
     python bench/library.py --quick --problems llama31_8b_rmsnorm,llama31_8b_rope   # correctness pass
+    python bench/library.py --resume --out library.json   # go on where a cut-off run stopped
 
 Per problem: the reference's eager time and torch.compile time (T_b is the faster), T_sol on this
 GPU's hardware row, and each seed's latency, speedup over T_b and SOL score, per workload and as the
@@ -122,6 +123,9 @@ def main() -> None:
     parser.add_argument("--languages", help="only seeds in these languages (comma-separated)")
     parser.add_argument("--out", type=Path, default=Path("library.json"))
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the rows already in --out and measure only the problems it lacks "
+                             "(a run split over several calls of a time-limited machine)")
     args = parser.parse_args()
     names = args.problems.split(",") if args.problems else sorted(
         p.name for p in (REPO / "problems").iterdir() if (p / "definition.json").exists())
@@ -129,8 +133,12 @@ def main() -> None:
     config = EvalConfig(device=args.device, correctness_rounds=3, timing_sets=2, warmup_runs=3,
                         timing_runs=10 if args.quick else 50, timing_budget_s=0.5 if args.quick else 2.0,
                         attempt_timeout_s=600, measure_compile=not args.quick, spares=spares)
-    rows = []
+    rows = json.loads(args.out.read_text())["rows"] if args.resume and args.out.exists() else []
+    done = {row["problem"] for row in rows if not row.get("error")}
+    rows = [row for row in rows if row["problem"] in done]
     for name in names:
+        if name in done:
+            continue
         try:
             row = measure(REPO / "problems" / name, config,
                           set(args.languages.split(",")) if args.languages else None)
@@ -144,6 +152,7 @@ def main() -> None:
     spares.close()
     hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
     command = "python bench/library.py" + (" --quick" if args.quick else "") + (
+        " --resume" if args.resume else "") + (
         f" --languages {args.languages}" if args.languages else "") + (
         f" --problems {args.problems}" if args.problems else "")
     report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": hardware, "command": command,
