@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 from sqlalchemy import select
@@ -16,6 +18,8 @@ from shared.store import ObjectStore
 
 FINISHED = "FINISHED"  # not a status: the set of statuses other than PENDING and RUNNING
 IN_FLIGHT = ("PENDING", "RUNNING")
+PASSED = "PASSED"
+PARTIAL = "PARTIAL"  # passed the workloads it ran, which were not all of them: never ranked as a record
 
 
 def upsert_problem(session: Session, problem: Problem) -> ProblemRow:
@@ -64,9 +68,21 @@ def get_solution(store: ObjectStore, digest: str) -> Solution:
 
 def create_attempt(session: Session, problem_id: int, solution_hash: str, device: str, *,
                    campaign_id: int | None = None, assignment_id: int | None = None,
-                   worker: str | None = None) -> AttemptRow:
+                   worker: str | None = None, workload_uuids: Sequence[str] | None = None) -> AttemptRow:
+    """`workload_uuids`: run only these of the problem's workloads (None: all); recorded on the row,
+    so that the evaluator, and whoever reads the verdict, knows the attempt was partial."""
     row = AttemptRow(id=str(uuid.uuid4()), problem_id=problem_id, solution_hash=solution_hash, device=device,
-                     campaign_id=campaign_id, assignment_id=assignment_id, worker=worker, status="PENDING")
+                     campaign_id=campaign_id, assignment_id=assignment_id, worker=worker, status="PENDING",
+                     workload_uuids=json.dumps(list(workload_uuids)) if workload_uuids is not None else None)
     session.add(row)
     session.flush()
     return row
+
+
+def attempt_workloads(problem: Problem, workload_uuids: str | None) -> Problem:
+    """The problem restricted to the workloads an attempt runs (`AttemptRow.workload_uuids`), in
+    the problem's order; unchanged when the attempt runs them all."""
+    if workload_uuids is None:
+        return problem
+    wanted = set(json.loads(workload_uuids))
+    return dataclasses.replace(problem, workloads=tuple(w for w in problem.workloads if w.uuid in wanted))

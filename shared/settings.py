@@ -47,6 +47,7 @@ class Settings(BaseModel):
     attempt_wait_s: float = 600.0
     lease_s: float = 60.0  # a writer that stops renewing its assignment this long loses it (it died)
     sweep_every_s: float = 15.0  # how often the planner looks for lost work (leases, deadlines, lost messages)
+    tuner_eta: int = 3  # the tuner's successive halving keeps the best 1/eta of each rung; below 2: no halving
     web_port: int = 8000
     # LLM writers: any OpenAI-compatible endpoint. The key and URL come from the standard
     # OPENAI_API_KEY / OPENAI_BASE_URL; without a key the built-in tuner writes instead.

@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 
 from shared.db import AttemptRow, BaselineRow, Database, ProblemRow, TraceRow, utcnow
 from shared.errors import NotFoundError, RetryableError
-from shared.repository import IN_FLIGHT, get_solution, problem_from_row
+from shared.repository import IN_FLIGHT, PARTIAL, attempt_workloads, get_solution, problem_from_row
 from shared.runtime import Runtime
-from shared.schema import AttemptInfo
+from shared.schema import AttemptInfo, Status
 
 from services.evaluator.evaluate import EvalConfig, environment, evaluate, scratch_root
 from services.evaluator.spares import spares_for
@@ -55,20 +55,24 @@ def evaluate_attempt(runtime: Runtime, attempt_id: str, device: str, evaluator: 
             log.warning("attempt=%s: %s", attempt_id, attempt.message)
             return attempt.status
         attempt.worker = attempt.worker or platform.node()
-        problem = problem_from_row(session.get(ProblemRow, attempt.problem_id))
+        whole = problem_from_row(session.get(ProblemRow, attempt.problem_id))
+        problem = attempt_workloads(whole, attempt.workload_uuids)
+        partial = len(problem.workloads) < len(whole.workloads)
         problem_id = attempt.problem_id
         info = AttemptInfo(campaign=str(attempt.campaign_id) if attempt.campaign_id else None,
                            worker=attempt.worker, parent=None)
         solution_hash = attempt.solution_hash
     try:
-        return _evaluate_claimed(runtime, attempt_id, device, me, problem, problem_id, info, solution_hash)
+        return _evaluate_claimed(runtime, attempt_id, device, me, problem, problem_id, info, solution_hash, partial)
     except RetryableError:  # the store or the DB failed, not the solution: give the claim back
         _release(db, attempt_id, me)
         raise
 
 
 def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, problem, problem_id: int,
-                      info: AttemptInfo, solution_hash: str) -> str:
+                      info: AttemptInfo, solution_hash: str, partial: bool) -> str:
+    """`problem` holds the workloads the attempt runs; `partial`: not all of the problem's, so a
+    pass is PARTIAL, not PASSED."""
     db, store = runtime.db, runtime.store
     solution = get_solution(store, solution_hash)
     log.info("evaluating attempt=%s problem=%s solution=%s", attempt_id, problem.name, solution_hash[:12])
@@ -86,7 +90,7 @@ def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, p
             log.warning("attempt=%s was taken over (%s, %s) while this evaluator ran it: verdict %s dropped",
                         attempt_id, attempt.status, attempt.evaluator, result.status.value)
             return attempt.status
-        attempt.status = result.status.value
+        attempt.status = PARTIAL if partial and result.status is Status.PASSED else result.status.value
         attempt.hardware = hardware
         attempt.sol_score = result.sol_score
         attempt.workloads_total = len(result.traces)
@@ -107,9 +111,10 @@ def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, p
                                  t_baseline_ms=sol.t_baseline_ms if sol else None,
                                  sol_score=sol.score if sol else None,
                                  trace_json=trace.model_dump_json(exclude_none=True)))
+        status = attempt.status
     _store_compile_baselines(db, problem_id, hardware, result.compile_ms, cached)
-    log.info("attempt=%s status=%s speedup=%s", attempt_id, result.status.value, result.speedup)
-    return result.status.value
+    log.info("attempt=%s status=%s speedup=%s", attempt_id, status, result.speedup)
+    return status
 
 
 def _claim(session: Session, attempt_id: str, me: str, stale_after_s: float | None) -> bool:

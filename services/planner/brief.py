@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 RECENT = 5  # finished attempts the guidance looks at
+NOT_FAILED = ("PASSED", "PARTIAL")  # PARTIAL: passed the workloads it ran (a tuner's halving rung)
 MESSAGE_CHARS = 200
 
 WHAT_WENT_WRONG = {
@@ -83,10 +84,10 @@ def guidance(recent: Sequence[Recent], stall: int) -> str | None:
     while streak < len(recent) and recent[streak].status == recent[0].status:
         streak += 1
     latest = recent[0]
-    if latest.status != "PASSED" and streak >= 2:
+    if latest.status not in NOT_FAILED and streak >= 2:
         what = WHAT_WENT_WRONG.get(latest.status, f"ended {latest.status}")
         return f"the last {streak} attempts {what}{_first_line(latest.message)}"
-    failed = [r for r in recent if r.status != "PASSED"]
+    failed = [r for r in recent if r.status not in NOT_FAILED]
     if len(failed) >= 2:
         counts = ", ".join(f"{n} {status}" for status, n in Counter(r.status for r in failed).most_common())
         return f"{len(failed)} of the last {len(recent)} attempts failed ({counts}); " \

@@ -25,6 +25,7 @@ from shared.db import AssignmentRow, AttemptRow, CampaignProblemRow, SolutionRow
 ACTIVE = ("QUEUED", "RUNNING")
 IN_FLIGHT = ("PENDING", "RUNNING")
 PASSED = "PASSED"
+PARTIAL = "PARTIAL"  # passed the workloads it ran (a tuner's halving rung): no record, no failure either
 PARENT_CANDIDATES = 20
 
 
@@ -218,7 +219,7 @@ def _finished_query(campaign_id: int, config: PolicyConfig, restrict):
     return select(
         gained.c.problem_id,
         func.count().label("attempts"),
-        func.sum(case((passed, 0), else_=1)).label("failures"),
+        func.sum(case((gained.c.status.in_((PASSED, PARTIAL)), 0), else_=1)).label("failures"),
         func.sum(gained.c.gain).label("gain"),
         func.sum(case((gained.c.seq > gained.c.total - config.window, gained.c.gain), else_=0.0)).label("recent_gain"),
         func.max(case((gained.c.gain >= config.min_gain, gained.c.seq))).label("last_gain_seq"),

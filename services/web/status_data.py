@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from shared.celery_app import EVALUATE_QUEUE, PLAN_QUEUE, WRITE_QUEUE, evaluate_queue
 from shared.db.models import AttemptRow, CampaignProblemRow, CampaignRow, ProblemRow, utcnow
 from shared.leaderboard import IN_FLIGHT, PASSED, as_utc
+from shared.repository import PARTIAL
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +167,7 @@ def _recent_errors(session: Session) -> list[RecentError]:
     rows = session.execute(
         select(AttemptRow.id, ProblemRow.name, AttemptRow.status, finished_at.label("at"), AttemptRow.message)
         .join(ProblemRow, ProblemRow.id == AttemptRow.problem_id)
-        .where(AttemptRow.status.not_in((*IN_FLIGHT, PASSED)))
+        .where(AttemptRow.status.not_in((*IN_FLIGHT, PASSED, PARTIAL)))
         .order_by(finished_at.desc(), AttemptRow.id.desc()).limit(RECENT_ERRORS)
     ).all()
     return [RecentError(attempt_id=r.id, problem=r.name, status=r.status, at=as_utc(r.at),

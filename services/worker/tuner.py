@@ -1,13 +1,29 @@
-"""The built-in writer for when no LLM is configured: submit the seeds, then walk `spec.tunables`.
+"""The built-in writer for when no LLM is configured: submit the seeds, then search `spec.tunables`.
 
-Each proposal is a solution not yet tried on the problem: first every seed as written, then the
-neighbours of the best passing solution (one tunable moved to another value), then any untried
-combination of any seed's tunables. It returns None when the search space is exhausted.
+Each proposal is a solution not yet tried on the problem, in this order:
+
+1. every seed as written (its default tunable values written out), on every workload;
+2. successive halving over each seed's tunable combinations, the best's seed first
+   (`services/worker/halving.py`): every combination runs a few of the workloads, the best 1/eta
+   (eta 3, `Settings.tuner_eta`) of each rung go on to a rung with about eta times as many, and
+   the last rung runs every workload. Those attempts say which workloads they ran
+   (`AttemptRow.workload_uuids`); one that passes them is PARTIAL, not PASSED, so it never becomes
+   anyone's best. The halving's state is the problem's recorded attempts and traces
+   (`Screening`), nothing else: a writer that died is replaced by one that goes on where it
+   stopped. When a rung waits for attempts still in flight, `propose` says so (`Wait`);
+3. the per-shape solution (below), once the halving is done;
+4. the neighbours of the best passing solution (one tunable moved), then any untried combination
+   of any seed's tunables, each on every workload: what is left after the halving, and the whole
+   search when there is nothing to halve (one workload, fewer than `eta` combinations, or halving
+   turned off with eta < 2).
+
+It returns None when the search space is exhausted.
 
 Per shape: the variants of one Python seed often win on different workloads (a small block for
-small shapes, a large one for large). Once they do, the tuner proposes, before anything else, a
-solution that dispatches each workload's input shapes to the variant that was fastest on it
-(`dispatch_solution`); it is an attempt like any other, kept only if it measures better.
+small shapes, a large one for large). Once they do, judged by the traces of attempts that ran every
+workload (the halving's finalists, the seeds), the tuner proposes a solution that dispatches each
+workload's input shapes to the variant that was fastest on it (`dispatch_solution`); it is an
+attempt like any other, kept only if it measures better.
 """
 
 from __future__ import annotations
@@ -17,6 +33,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from services.worker.halving import ETA, Measured, next_step
 from shared.schema import Solution
 
 MAX_COMBINATIONS = 4096
@@ -27,6 +44,25 @@ class Proposal:
     solution: Solution
     parent_hash: str | None
     reason: str
+    workloads: tuple[str, ...] | None = None  # run only these workload uuids (a halving rung); None: all
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to propose until one of these attempts finishes: a halving rung's candidates are
+    still being evaluated (by another writer, or sent by one that died)."""
+
+    attempt_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Screening:
+    """What the halving reads: the problem's workload uuids in order and every attempt on it (on
+    this device), oldest first."""
+
+    workloads: tuple[str, ...]
+    measured: tuple[Measured, ...]
+    eta: int = ETA
 
 
 def with_tunables(seed: Solution, values: dict[str, object]) -> Solution:
@@ -52,14 +88,20 @@ def written_out(seeds) -> list[Solution]:
 
 
 def propose(seeds: list[Solution], tried: set[str], best: tuple[Solution, str] | None,
-            rng: random.Random, dispatch: Callable[[], Solution | None] | None = None) -> Proposal | None:
+            rng: random.Random, dispatch: Callable[[], Solution | None] | None = None,
+            screening: Screening | None = None) -> Proposal | Wait | None:
     """`tried`: content hashes already attempted on the problem; `best`: (solution, hash);
     `dispatch`: makes the per-shape dispatching solution of the current winners, if there is one
-    (called only once every seed was tried: it reads the problem's traces)."""
+    (called only once every seed was tried and the halving is done: it reads the problem's
+    traces); `screening`: the records the halving needs; None: no halving."""
     seeds = written_out(seeds)
     for seed in seeds:
         if seed.content_hash() not in tried:
             return Proposal(seed, None, "seed")
+    if screening is not None:
+        step = _halve(seeds, best, screening)
+        if step is not None:
+            return step
     dispatching = dispatch() if dispatch is not None else None
     if dispatching is not None and dispatching.content_hash() not in tried:
         return Proposal(dispatching, best[1] if best else None, "each shape to its fastest variant")
@@ -78,6 +120,24 @@ def propose(seeds: list[Solution], tried: set[str], best: tuple[Solution, str] |
         for candidate in grid:
             if candidate.content_hash() not in tried:
                 return Proposal(candidate, seed.content_hash(), "untried combination")
+    return None
+
+
+def _halve(seeds: list[Solution], best: tuple[Solution, str] | None, screening: Screening) -> Proposal | Wait | None:
+    """The next step of the first seed whose halving is not done, the best's seed first."""
+    first = base_of(best[0], seeds) if best is not None else None
+    for seed in sorted(seeds, key=lambda s: s is not first):
+        if not seed.spec.tunables:
+            continue
+        step = next_step(_grid(seed), screening.workloads, screening.measured, screening.eta)
+        if step is None:
+            continue
+        if step.candidate is not None:
+            ran = len(step.workloads) if step.workloads is not None else len(screening.workloads)
+            return Proposal(step.candidate, seed.content_hash(),
+                            f"halving rung {step.rung}: {ran} of {len(screening.workloads)} workloads", step.workloads)
+        if step.waiting_on:
+            return Wait(step.waiting_on)
     return None
 
 

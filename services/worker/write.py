@@ -10,15 +10,20 @@ The assignment protocol (the planner's side is `services/planner/`):
   redelivered task never exceeds `budget_attempts`.
 - Lease: renewed by a heartbeat thread while the writer works (every `lease_s / 3`); if the planner
   closed the assignment meanwhile (lease expired), the writer stops and leaves it as it is.
-- Brief: `parent_hash` is where the search starts (the tuner walks its neighbours until this
-  assignment beats it), `language` picks the seeds in that language when there are any, `guidance`
-  is for LLM agents (the tuner logs it).
+- Brief: `parent_hash` is where the search starts (the tuner halves its seed's tunables first and
+  walks its neighbours until this assignment beats it), `language` picks the seeds in that language
+  when there are any, `guidance` is for LLM agents (the tuner logs it).
+- Halving: the tuner's state is the problem's attempts and traces, read again before every
+  proposal; an attempt of a halving rung records the workloads it runs. When a rung waits for
+  attempts still in flight (another writer's, or the last of a writer that died), the writer waits
+  for them, without spending its budget, and stops if they do not finish in `attempt_wait_s`.
 - End: DONE, or CANCELLED when the campaign stopped or paused before any attempt was made. A DONE
   assignment without attempts tells the planner the writer had nothing left to try.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import platform
@@ -35,9 +40,14 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from services.worker.llm_writer import agent_attempts
-from services.worker.tuner import base_of, current_values, dispatch_solution, propose, shape_key, written_out
+from services.worker.halving import Measured
+from services.worker.tuner import (
+    Screening, Wait, base_of, current_values, dispatch_solution, propose, shape_key, written_out,
+)
 from shared.db import AssignmentRow, AttemptRow, CampaignRow, ProblemRow, TraceRow, utcnow
-from shared.repository import IN_FLIGHT, create_attempt, get_solution, problem_from_row, put_solution
+from shared.repository import (
+    IN_FLIGHT, PARTIAL, PASSED, create_attempt, get_solution, problem_from_row, put_solution,
+)
 from shared.runtime import Runtime
 from shared.schema import Solution
 from shared.schema.problem import load_problem
@@ -67,6 +77,7 @@ class Job:
     parent_hash: str | None
     guidance: str | None  # for LLM agents; the tuner only logs it
     seeds: tuple[Solution, ...]
+    workloads: tuple[str, ...] = ()  # the problem's workload uuids, in order (the tuner's halving)
 
 
 def held_by(assignment_id: int, holder: str) -> tuple:
@@ -142,7 +153,7 @@ def _attempts(runtime: Runtime, job: Job, holder: str, send_evaluate: SendEvalua
         return made
     rng = random.Random(assignment_id)
     made, stopped = 0, False
-    for _ in range(job.remaining):
+    while made < job.remaining:
         if not lease.held:
             log.warning("assignment=%s lease lost: stopping", assignment_id)
             return made
@@ -150,6 +161,10 @@ def _attempts(runtime: Runtime, job: Job, holder: str, send_evaluate: SendEvalua
             stopped = True
             break
         attempt_id = _submit_next(runtime, job, rng)
+        if isinstance(attempt_id, Wait):
+            if _wait_for_others(runtime, job, attempt_id, lease):
+                continue
+            break
         if attempt_id is None:
             log.info("problem=%s search space exhausted", job.problem_name)
             break
@@ -192,7 +207,8 @@ def _claim(runtime: Runtime, assignment_id: int, holder: str, lease_s: float) ->
         return Job(assignment_id, campaign.id, problem.id, problem.name, campaign.device,
                    max(0, assignment.budget_attempts - made_before), made_before, assignment.language,
                    assignment.parent_hash, assignment.guidance,
-                   tuple(_seeds(problem, assignment.language, campaign.device)))
+                   tuple(_seeds(problem, assignment.language, campaign.device)),
+                   tuple(w.uuid for w in problem_from_row(problem).workloads))
 
 
 def _release(runtime: Runtime, assignment_id: int, holder: str) -> None:
@@ -220,7 +236,7 @@ def _seeds(problem: ProblemRow, language: str | None, device: str) -> list[Solut
     return in_language or seeds
 
 
-def _submit_next(runtime: Runtime, job: Job, rng: random.Random) -> str | None:
+def _submit_next(runtime: Runtime, job: Job, rng: random.Random) -> str | Wait | None:
     """Record the tuner's next proposal as a PENDING attempt. Two writers on one problem may propose
     the same solution at once: the one that loses the insert proposes again, knowing the other's."""
     for _ in range(SUBMIT_TRIES - 1):
@@ -231,25 +247,64 @@ def _submit_next(runtime: Runtime, job: Job, rng: random.Random) -> str | None:
     return _submit_once(runtime, job, rng)
 
 
-def _submit_once(runtime: Runtime, job: Job, rng: random.Random) -> str | None:
+def _submit_once(runtime: Runtime, job: Job, rng: random.Random) -> str | Wait | None:
     with runtime.db.session() as session:
-        rows = session.execute(select(AttemptRow.solution_hash, AttemptRow.status, AttemptRow.speedup,
-                                      AttemptRow.sol_score, AttemptRow.assignment_id)
-                               .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device)).all()
+        rows = session.execute(select(AttemptRow.id, AttemptRow.solution_hash, AttemptRow.status,
+                                      AttemptRow.speedup, AttemptRow.sol_score, AttemptRow.assignment_id,
+                                      AttemptRow.workload_uuids)
+                               .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device)
+                               .order_by(AttemptRow.created_at, AttemptRow.id)).all()
         tried = {r.solution_hash for r in rows}
         best = _best(runtime, rows, job)
-        proposal = propose(list(job.seeds), tried, best, rng, lambda: _dispatch(runtime, session, job, best))
-        if proposal is None:
-            return None
+        eta = runtime.settings.tuner_eta
+        screening = _screening(session, job, rows, eta) if eta >= 2 else None
+        proposal = propose(list(job.seeds), tried, best, rng, lambda: _dispatch(runtime, session, job, best),
+                           screening)
+        if proposal is None or isinstance(proposal, Wait):
+            return proposal
         digest = put_solution(session, runtime.store, job.problem_id, proposal.solution, proposal.parent_hash)
         attempt = create_attempt(session, job.problem_id, digest, job.device, campaign_id=job.campaign_id,
-                                 assignment_id=job.assignment_id, worker=platform.node())
+                                 assignment_id=job.assignment_id, worker=platform.node(),
+                                 workload_uuids=proposal.workloads)
+        log.info("problem=%s proposed %s (%s)", job.problem_name, proposal.solution.name, proposal.reason)
         return attempt.id  # committed when the session closes, before the task is sent
+
+
+def _screening(session, job: Job, rows, eta: int) -> Screening:
+    """The halving's state: every attempt on the problem (this device) with what it ran and, from
+    its PASSED traces, its latency per workload."""
+    latencies: dict[str, dict[str, float]] = {}
+    for attempt_id, workload_uuid, latency_ms in session.execute(
+            select(TraceRow.attempt_id, TraceRow.workload_uuid, TraceRow.latency_ms)
+            .join(AttemptRow, AttemptRow.id == TraceRow.attempt_id)
+            .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device,
+                   AttemptRow.status.in_((PASSED, PARTIAL)), TraceRow.status == PASSED,
+                   TraceRow.latency_ms.is_not(None))):
+        latencies.setdefault(attempt_id, {})[workload_uuid] = latency_ms
+    everything = frozenset(job.workloads)
+    measured = tuple(Measured(r.id, r.solution_hash,
+                              frozenset(json.loads(r.workload_uuids)) if r.workload_uuids else everything,
+                              r.status not in IN_FLIGHT, r.status in (PASSED, PARTIAL), latencies.get(r.id, {}))
+                     for r in rows)
+    return Screening(job.workloads, measured, eta)
+
+
+def _wait_for_others(runtime: Runtime, job: Job, wait: Wait, lease: Lease) -> bool:
+    """Wait for the first attempt the halving waits on; False when it is still in flight after
+    `attempt_wait_s` (or the lease was lost): the writer stops rather than spin."""
+    log.info("problem=%s waiting for %d attempts in flight before the next rung", job.problem_name,
+             len(wait.attempt_ids))
+    status = _wait(runtime, wait.attempt_ids[0], lease)
+    if status in IN_FLIGHT:
+        log.warning("problem=%s attempt=%s still %s: stopping", job.problem_name, wait.attempt_ids[0], status)
+        return False
+    return True
 
 
 def _dispatch(runtime: Runtime, session, job: Job, best: tuple[Solution, str] | None) -> Solution | None:
     """The solution that sends each workload's shapes to the variant of the best's seed that was
-    fastest on that workload (its PASSED traces on the problem), when two or more variants win."""
+    fastest on that workload (its PASSED traces on the problem, of attempts that ran every workload:
+    a halving rung's partial figures do not count), when two or more variants win."""
     if best is None:
         return None
     seed = base_of(best[0], written_out(job.seeds))
@@ -260,7 +315,8 @@ def _dispatch(runtime: Runtime, session, job: Job, best: tuple[Solution, str] | 
             select(TraceRow.workload_uuid, TraceRow.latency_ms, AttemptRow.solution_hash)
             .join(AttemptRow, AttemptRow.id == TraceRow.attempt_id)
             .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device,
-                   TraceRow.status == "PASSED", TraceRow.latency_ms.is_not(None))):
+                   AttemptRow.workload_uuids.is_(None), TraceRow.status == PASSED,
+                   TraceRow.latency_ms.is_not(None))):
         if workload_uuid not in fastest or latency_ms < fastest[workload_uuid][0]:
             if solution_hash == best[1] or base_of(_solution(runtime, solution_hash), [seed]) is not None:
                 fastest[workload_uuid] = (latency_ms, solution_hash)
@@ -289,7 +345,7 @@ def _solution(runtime: Runtime, solution_hash: str) -> Solution:
 def _best(runtime: Runtime, rows, job: Job) -> tuple[Solution, str] | None:
     """Where the search goes on from: the best PASSED solution on the problem; with a parent, the
     parent until this assignment beats it."""
-    passed = [r for r in rows if r.status == "PASSED" and r.speedup is not None]
+    passed = [r for r in rows if r.status == PASSED and r.speedup is not None]  # never PARTIAL
     if job.parent_hash:
         passed = [r for r in passed if r.assignment_id == job.assignment_id or r.solution_hash == job.parent_hash]
         if not passed:

@@ -96,8 +96,10 @@ class AssignmentRow(Base):
 
 class AttemptRow(Base):
     """One evaluation of one solution on a problem's workloads. `status` is PENDING or RUNNING
-    until the evaluator finishes, then the attempt's overall status (PASSED only if every
-    evaluated workload passed)."""
+    until the evaluator finishes, then the attempt's overall status: PASSED only if it ran every
+    workload of the problem and all passed; PARTIAL if it ran only some (`workload_uuids`, a
+    rung of the tuner's successive halving) and those passed, a figure for ranking candidates on
+    those workloads, never a record (nothing that looks for PASSED ranks it)."""
 
     __tablename__ = "attempts"
     __table_args__ = (
@@ -118,6 +120,7 @@ class AttemptRow(Base):
     evaluator: Mapped[str | None] = mapped_column(String(255))  # the Celery node that holds it while RUNNING
     started_at: Mapped[datetime | None] = mapped_column()  # when that evaluator took it
     tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # evaluations started
+    workload_uuids: Mapped[str | None] = mapped_column(Text)  # JSON list: run only these; None: all
     workloads_total: Mapped[int] = mapped_column(Integer, default=0)
     workloads_passed: Mapped[int] = mapped_column(Integer, default=0)
     latency_ms: Mapped[float | None] = mapped_column(Float)  # mean over workloads

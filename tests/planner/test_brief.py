@@ -42,6 +42,12 @@ def test_nothing_useful_to_say_is_none():
     assert guidance([failed("RUNTIME_ERROR")], stall=1) is None  # one failure is not a pattern
 
 
+def test_partial_passes_of_the_tuners_halving_are_not_failures():
+    partial = [Recent("PARTIAL", None)] * 4 + [Recent("PASSED", None)]
+    assert guidance(partial, stall=0) is None
+    assert guidance([Recent("PARTIAL", None), Recent("TIMEOUT", "killed"), Recent("PARTIAL", None)], 0) is None
+
+
 def test_long_error_lines_are_cut():
     text = guidance([failed("RUNTIME_ERROR", "x" * 1000)] * 2, stall=2)
     assert text.startswith("the last 2 attempts crashed at run time: xxx") and len(text) < 260

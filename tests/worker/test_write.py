@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import select
 
 from services.worker.write import assignment_closed, run_assignment
-from shared.db import AssignmentRow, AttemptRow, CampaignRow, SolutionRow, utcnow
-from shared.repository import get_solution, upsert_problem
+from shared.db import AssignmentRow, AttemptRow, CampaignRow, ProblemRow, SolutionRow, TraceRow, utcnow
+from shared.repository import attempt_workloads, get_solution, problem_from_row, upsert_problem
 from shared.runtime import Runtime
 from shared.schema import load_problem
 from shared.settings import Settings
@@ -34,16 +34,20 @@ def rmsnorm_fails(values: Values) -> bool:
 
 
 class FakeEvaluator:
-    """`send_evaluate` that gives its verdict at once, writing the attempt row as the evaluator does.
+    """`send_evaluate` that gives its verdict at once, writing the attempt row and its traces as the
+    evaluator does: only the workloads the attempt names, PARTIAL when those are not all of them.
 
     It reads the attempt from a fresh session, so it also checks that the row was committed first.
-    `on_call` runs after each verdict (to stop a campaign mid-assignment, say).
+    `on_call` runs after each verdict (to stop a campaign mid-assignment, say). `latency_ms`, given
+    the values and a workload's index, sets each workload's latency; by default 1 / speedup on all.
     """
 
     def __init__(self, runtime: Runtime, speedup: Callable[[Values], float] = rmsnorm_speedup,
                  fails: Callable[[Values], bool] = rmsnorm_fails,
-                 on_call: Callable[[int], None] | None = None) -> None:
+                 on_call: Callable[[int], None] | None = None,
+                 latency_ms: Callable[[Values, int], float] | None = None) -> None:
         self.runtime, self.speedup, self.fails, self.on_call = runtime, speedup, fails, on_call
+        self.latency_ms = latency_ms or (lambda values, _index: 1.0 / self.speedup(values))
         self.calls: list[tuple[str, str]] = []
 
     def __call__(self, attempt_id: str, device: str) -> None:
@@ -52,13 +56,20 @@ class FakeEvaluator:
             attempt = session.get(AttemptRow, attempt_id)
             assert attempt is not None and attempt.status == "PENDING", "sent before the commit"
             chosen = get_solution(self.runtime.store, attempt.solution_hash).spec.tunable_values
-            attempt.workloads_total = 6
+            problem = problem_from_row(session.get(ProblemRow, attempt.problem_id))
+            ran = attempt_workloads(problem, attempt.workload_uuids).workloads
+            attempt.workloads_total = len(ran)
             if self.fails(chosen):
                 attempt.status = "INCORRECT_NUMERICAL"
             else:
-                attempt.status, attempt.workloads_passed = "PASSED", 6
+                partial = len(ran) < len(problem.workloads)
+                attempt.status, attempt.workloads_passed = "PARTIAL" if partial else "PASSED", len(ran)
                 attempt.speedup = self.speedup(chosen)
                 attempt.latency_ms = 1.0 / attempt.speedup
+                for workload in ran:
+                    session.add(TraceRow(attempt_id=attempt_id, workload_uuid=workload.uuid, status="PASSED",
+                                         latency_ms=self.latency_ms(chosen, problem.workloads.index(workload)),
+                                         trace_json="{}"))
             attempt.finished_at = utcnow()
         if self.on_call is not None:
             self.on_call(len(self.calls))
@@ -75,10 +86,17 @@ class SilentEvaluator:
 
 
 @pytest.fixture
-def runtime(tmp_path) -> Iterator[Runtime]:
-    runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS, attempt_wait_s=5.0))
+def runtime(tmp_path, request) -> Iterator[Runtime]:
+    """Settings overridden by an indirect parametrization (`WALK`)."""
+    overrides = getattr(request, "param", {})
+    runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS, attempt_wait_s=5.0, **overrides))
     yield runtime
     runtime.db.dispose()
+
+
+# The tuner without successive halving: every attempt on every workload, the neighbour walk
+# (tests/worker/test_write_halving.py has the writer with it).
+WALK = pytest.mark.parametrize("runtime", [{"tuner_eta": 0}], indirect=True, ids=["no halving"])
 
 
 @pytest.fixture
@@ -146,6 +164,7 @@ def neighbours(combo: tuple[int, bool]) -> set[tuple[int, bool]]:
     return {(rows, not fp32)} | {(other, fp32) for other in (0, 16, 128) if other != rows}
 
 
+@WALK
 def test_walks_toward_the_best_and_stops_when_the_space_is_exhausted(runtime, problem_id):
     campaign_id = add_campaign(runtime)
     assignment_id = add_assignment(runtime, campaign_id, problem_id, budget=10)
@@ -175,6 +194,7 @@ def test_walks_toward_the_best_and_stops_when_the_space_is_exhausted(runtime, pr
     assert [a.status for a in made].count("INCORRECT_NUMERICAL") == 1  # (16, True)
 
 
+@WALK
 def test_a_later_assignment_goes_on_where_the_last_one_stopped(runtime, problem_id):
     campaign_id = add_campaign(runtime)
     evaluator = FakeEvaluator(runtime)
@@ -325,6 +345,7 @@ def test_a_writer_whose_assignment_the_planner_expired_stops_and_leaves_it(runti
     assert not assignment_closed(runtime, assignment_id)
 
 
+@WALK
 def test_a_parent_in_the_assignment_is_where_the_search_starts(runtime, problem_id):
     campaign_id = add_campaign(runtime)
     evaluator = FakeEvaluator(runtime)
@@ -350,6 +371,7 @@ def test_a_language_without_seeds_falls_back_on_every_seed(runtime, problem_id):
     assert chosen(runtime, made) == {"CHUNK_ROWS": 0, "FP32_WEIGHT": False}  # the pytorch seed
 
 
+@WALK
 def test_an_empty_assignment_is_done_not_cancelled(runtime, problem_id):
     """The search space is exhausted: DONE with no attempt, the planner's cue to retire the problem."""
     campaign_id = add_campaign(runtime)
