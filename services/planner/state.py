@@ -21,11 +21,10 @@ from services.planner.best import best_order
 from services.planner.brief import RECENT, Candidate, Recent
 from services.planner.policy import BASELINE_SCORE, MAX_ESTIMATE, PolicyConfig, ProblemStats
 from shared.db import AssignmentRow, AttemptRow, CampaignProblemRow, SolutionRow
+from shared.repository import IN_FLIGHT, PARTIAL
 
 ACTIVE = ("QUEUED", "RUNNING")
-IN_FLIGHT = ("PENDING", "RUNNING")
 PASSED = "PASSED"
-PARTIAL = "PARTIAL"  # passed the workloads it ran (a tuner's halving rung): no record, no failure either
 PARENT_CANDIDATES = 20
 
 
