@@ -5,8 +5,8 @@ Two roles, two separate processes, neither of which is the evaluator itself:
   the inputs where the candidate can read them and the expected outputs where it cannot, and
   times the reference.
 - `candidate` (untrusted): loads the solution, runs it on each set into outputs pre-filled with
-  NaN, saves them, then times it, each timed call on a fresh copy of an input set and into fresh
-  NaN-filled outputs. It never sees the seed or the expected outputs.
+  NaN, saves them, then times it, each timed call on a fresh copy of an input set of its own and
+  into fresh NaN-filled outputs. It never sees the seed or the expected outputs.
 
 Each role writes `result.json` after every workload, so a crash or a timeout keeps what was
 done. The parent owns every verdict; the child only reports what happened.
@@ -146,11 +146,14 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
 def _timed_sets(job: dict, definition: Definition, workload: Workload, index: int, device: torch.device,
                 reference: ModuleType) -> tuple[dict[str, Any], int]:
     """The timed runs' input sets, one per timed run, so that no timed run sees values that an
-    earlier call saw (a cache keyed on input values never hits where the time is measured).
+    earlier call saw: a cache keyed on input values, whatever its key, never hits where the time
+    is measured, and every timed run's outputs are checked. (Comparing first and repeated uses of
+    a set needs a threshold that noise crosses; perturbing a reused set needs the reference again.)
     As many as the plan's timed runs on this device, fewer where they would not fit: beyond
     `timing_sets` of them, a set is made only while the sets so far (inputs and outputs) stay
-    under `timed_bytes` and their making under the timing budget. Returns the first set (the
-    reference is timed on it) and the number made."""
+    under `timed_bytes` and their making under the timing budget, which bounds the candidate's
+    memory (it holds each set, the guard's masked copy and the outputs) and the attempt's time.
+    Returns the first set (the reference is timed on it) and the number made."""
     first_set = job["correctness_rounds"]
     wanted = _plan(job).wanted_runs(device)
     floor = min(job["timing_sets"], wanted)

@@ -383,8 +383,6 @@ def environment(device: str) -> Environment:
     return Environment(hardware=f"CPU {cpu_name()}", libs=libs)
 
 
-
-
 def _hardware(config: EvalConfig) -> HardwareSpec | None:
     if config.hardware is not None or not config.device.startswith("cuda") or not torch.cuda.is_available():
         return config.hardware
