@@ -4,7 +4,8 @@ kernel, and the spread of the evaluator's own number over repeated attempts.
     python bench/evaluator_fidelity.py --repeats 5 --out fidelity.json
 
 Kernels are `pytorch` solutions of elementwise and matrix problems sized from a few µs to a few ms.
-Each repeat is a full attempt (child process, fresh inputs, L2 flush, median of >= 50 runs). do_bench
+Each repeat is a full attempt (child process, fresh inputs, L2 flush, median of up to 100 runs, each
+on an input set of its own: fewer for large inputs, at least 5, as many as 2 GiB of sets hold). do_bench
 runs in this process on the same shapes with its own L2 flush; its median is taken. With `--ncu`,
 Nsight Compute also times the same call in a process of its own (`ncu --clock-control none`, caches
 flushed before each kernel, the default): the sum of the kernels' `gpu__time_duration` per call,
@@ -129,8 +130,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.ncu_target:
         return ncu_target(args.ncu_target)
-    config = EvalConfig(device="cuda", correctness_rounds=1, timing_sets=2, warmup_runs=5, timing_runs=100,
-                        timing_budget_s=2.0, attempt_timeout_s=300)
+    config = EvalConfig(device="cuda", correctness_rounds=1, timing_sets=5, warmup_runs=5, timing_runs=100,
+                        timing_budget_s=2.0, attempt_timeout_s=300, timed_bytes=2 << 30)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.kernels.split(","):

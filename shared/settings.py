@@ -33,7 +33,7 @@ class Settings(BaseModel):
     device: str = "cpu"
     # Evaluation.
     correctness_rounds: int = 3
-    timing_sets: int = 2
+    timing_sets: int = 3  # timed input sets per workload at least (one per timed run while they fit)
     warmup_runs: int = 2
     timing_runs: int = 20
     timing_budget_s: float = 1.0

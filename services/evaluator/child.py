@@ -5,8 +5,8 @@ Two roles, two separate processes, neither of which is the evaluator itself:
   the inputs where the candidate can read them and the expected outputs where it cannot, and
   times the reference.
 - `candidate` (untrusted): loads the solution, runs it on each set into outputs pre-filled with
-  NaN, saves them, then times it, each timed call on a fresh copy of an input set and into fresh
-  NaN-filled outputs. It never sees the seed or the expected outputs.
+  NaN, saves them, then times it, each timed call on a fresh copy of an input set of its own and
+  into fresh NaN-filled outputs. It never sees the seed or the expected outputs.
 
 Each role writes `result.json` after every workload, so a crash or a timeout keeps what was
 done. The parent owns every verdict; the child only reports what happened.
@@ -15,6 +15,7 @@ done. The parent owns every verdict; the child only reports what happened.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import importlib.machinery
@@ -25,7 +26,6 @@ import os
 import sys
 import time
 import traceback
-from collections import deque
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -127,37 +127,75 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
     reference = state["module"]
     if reference is None:
         return {"status": "INVALID_REFERENCE", "message": state["error"]}
-    sets = job["correctness_rounds"] + job["timing_sets"]
-    inputs_dir, expected_dir = Path(job["inputs_dir"]), Path(job["expected_dir"])
-    timing_inputs = None
-    for s in range(sets):
-        try:
-            with _phase("inputs"):
-                inputs = make_inputs(definition, workload, set_seed(job["seed"], index, s), device,
-                                     Path(job["problem_root"]) if job.get("problem_root") else None, reference)
-        except InputError as error:
-            return {"status": "INPUT_ERROR", "message": str(error)}
-        except Exception:
-            return {"status": "INVALID_REFERENCE", "message": "making inputs failed:\n" + _traceback()}
-        with _phase("save"):
-            tensorfile.save(inputs, inputs_dir / f"w{index}_s{s}.st")
-        try:
-            with torch.no_grad():
-                outputs = _as_outputs(definition, reference.run(*inputs.values()))
-            synchronize(device)
-        except Exception:
-            return {"status": "INVALID_REFERENCE", "message": "the reference raised:\n" + _traceback()}
-        with _phase("save"):
-            tensorfile.save(outputs, expected_dir / f"w{index}_s{s}.st")
-        if s == job["correctness_rounds"]:
-            timing_inputs = inputs
+    rounds = job["correctness_rounds"]
+    try:
+        for s in range(rounds):
+            _reference_set(job, definition, workload, index, s, device, reference)
+        timing_inputs, timed_sets = _timed_sets(job, definition, workload, index, device, reference)
+    except _SetFailed as failed:
+        return {"status": failed.status, "message": failed.message}
     with torch.no_grad():
         with _phase("timing"):
             latency = time_runs(lambda i: reference.run(*timing_inputs.values()), device, _plan(job))
-    result: dict[str, Any] = {"status": "OK", "latency": latency.as_dict()}
+    result: dict[str, Any] = {"status": "OK", "latency": latency.as_dict(), "timed_sets": timed_sets}
     if job.get("measure_compile"):
         result.update(_time_compiled(reference, timing_inputs, device, job))
     return result
+
+
+def _timed_sets(job: dict, definition: Definition, workload: Workload, index: int, device: torch.device,
+                reference: ModuleType) -> tuple[dict[str, Any], int]:
+    """The timed runs' input sets, one per timed run, so that no timed run sees values that an
+    earlier call saw: a cache keyed on input values, whatever its key, never hits where the time
+    is measured, and every timed run's outputs are checked. (Comparing first and repeated uses of
+    a set needs a threshold that noise crosses; perturbing a reused set needs the reference again.)
+    As many as the plan's timed runs on this device, fewer where they would not fit: beyond
+    `timing_sets` of them, a set is made only while the sets so far (inputs and outputs) stay
+    under `timed_bytes` and their making under the timing budget, which bounds the candidate's
+    memory (it holds each set, the guard's masked copy and the outputs) and the attempt's time.
+    Returns the first set (the reference is timed on it) and the number made."""
+    first_set = job["correctness_rounds"]
+    wanted = _plan(job).wanted_runs(device)
+    floor = min(job["timing_sets"], wanted)
+    began = time.perf_counter()
+    first, set_bytes = _reference_set(job, definition, workload, index, first_set, device, reference)
+    made = 1
+    while made < wanted and (made < floor or ((made + 1) * set_bytes <= job["timed_bytes"]
+                                              and time.perf_counter() - began <= job["timing_budget_s"])):
+        _reference_set(job, definition, workload, index, first_set + made, device, reference)
+        made += 1
+    return first, made
+
+
+class _SetFailed(Exception):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _reference_set(job: dict, definition: Definition, workload: Workload, index: int, s: int,
+                   device: torch.device, reference: ModuleType) -> tuple[dict[str, Any], int]:
+    """Input set `s`: drawn from its own seed, saved for the candidate, the reference's outputs
+    saved where the candidate cannot read them. Returns the inputs and the set's bytes (both sides)."""
+    try:
+        with _phase("inputs"):
+            inputs = make_inputs(definition, workload, set_seed(job["seed"], index, s), device,
+                                 Path(job["problem_root"]) if job.get("problem_root") else None, reference)
+    except InputError as error:
+        raise _SetFailed("INPUT_ERROR", str(error)) from None
+    except Exception:
+        raise _SetFailed("INVALID_REFERENCE", "making inputs failed:\n" + _traceback()) from None
+    with _phase("save"):
+        tensorfile.save(inputs, Path(job["inputs_dir"]) / f"w{index}_s{s}.st")
+    try:
+        with torch.no_grad():
+            outputs = _as_outputs(definition, reference.run(*inputs.values()))
+        synchronize(device)
+    except Exception:
+        raise _SetFailed("INVALID_REFERENCE", "the reference raised:\n" + _traceback()) from None
+    with _phase("save"):
+        tensorfile.save(outputs, Path(job["expected_dir"]) / f"w{index}_s{s}.st")
+    return inputs, sum(v.nbytes for v in (*inputs.values(), *outputs.values()) if isinstance(v, torch.Tensor))
 
 
 def _time_compiled(reference: ModuleType, inputs: dict[str, Any], device: torch.device, job: dict) -> dict[str, Any]:
@@ -186,8 +224,9 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         entry = state["entry"]
         dps = job["destination_passing_style"]
         inputs_dir, outputs_dir = Path(job["inputs_dir"]), Path(job["outputs_dir"])
-        rounds, timing_sets = job["correctness_rounds"], job["timing_sets"]
+        rounds, timed_sets = job["correctness_rounds"], dict(zip(job["indices"], job["timed_sets"]))[index]
         axes = definition.resolve_axes(workload.axes)
+        inputs: dict[str, Any] | None = None
         for s in range(rounds):
             with _phase("load"):
                 inputs = tensorfile.load(inputs_dir / f"w{index}_s{s}.st", device)
@@ -197,25 +236,31 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
             with _phase("save"):
                 tensorfile.save(outputs, outputs_dir / f"w{index}_s{s}.st")
         with _phase("load"):
-            timed = [tensorfile.load(inputs_dir / f"w{index}_s{rounds + t}.st", device) for t in range(timing_sets)]
+            timed = [tensorfile.load(inputs_dir / f"w{index}_s{rounds + t}.st", device) for t in range(timed_sets)]
         timed_before = [snapshot(t) for t in timed]  # the sources of every timed copy stay as they came
-        staged: deque[tuple[dict[str, Any], dict[str, torch.Tensor]]] = deque(maxlen=len(timed) + 1)
+        warm = inputs  # the warm-up runs repeat the last correctness round: no timed set is seen before its run
+        staged: list[tuple[dict[str, Any], dict[str, torch.Tensor]]] = []
         last: dict[int, dict[str, Any]] = {}
 
         def prepare(i: int) -> None:
-            """Untimed: a copy of the input set at new addresses (the recent copies are still alive,
-            so the allocator cannot hand their memory back) and outputs pre-filled with NaN."""
-            fresh = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in timed[i % len(timed)].items()}
-            staged.append((fresh, _empty_outputs(definition, axes, device)))
+            """Untimed: a copy of the run's input set at new addresses and outputs pre-filled with
+            NaN. Timed run i has set i to itself; an address used before holds other values now."""
+            source = timed[i] if i >= 0 else warm
+            fresh = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in source.items()}
+            staged[:] = [(fresh, _empty_outputs(definition, axes, device))]
 
         def run(i: int) -> None:
             inputs, buffers = staged[-1]
-            last[i % len(timed)] = _invoke(entry, inputs, buffers, dps, definition)
+            outputs = _invoke(entry, inputs, buffers, dps, definition)
+            if i >= 0:
+                last[i] = outputs
             enforce(check_call())  # before the timer's end reading
 
+        plan = dataclasses.replace(_plan(job), max_runs=timed_sets,
+                                   warmup_runs=job["warmup_runs"] if warm is not None else 0)
         clock_before = sm_clock_mhz(device)
         with _phase("timing"):
-            latency = time_runs(run, device, _plan(job), prepare)
+            latency = time_runs(run, device, plan, prepare)
         clock_after = sm_clock_mhz(device)
         enforce(check())
         for before, after in zip(timed_before, timed):

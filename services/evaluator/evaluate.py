@@ -42,7 +42,7 @@ CHILD = ["-m", "services.evaluator.child"]
 class EvalConfig:
     device: str
     correctness_rounds: int = 3
-    timing_sets: int = 2
+    timing_sets: int = 3  # timed input sets per workload at least (one per timed run while `timed_bytes` allows)
     warmup_runs: int = 2
     timing_runs: int = 20
     timing_budget_s: float = 1.0
@@ -57,6 +57,7 @@ class EvalConfig:
     workload_timeout_s: float | None = 120.0  # the candidate killed when one workload takes longer
     spares: Spares | None = None  # children started ahead (the evaluator service); None: start on demand
     fork_server: bool = True  # children forked from a warm fork server (sandbox.start_child)
+    timed_bytes: int = 256 << 20  # beyond `timing_sets`, a workload's timed sets (inputs and outputs) stay under this
 
     @classmethod
     def from_settings(cls, settings: Settings, device: str | None = None,
@@ -164,6 +165,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         "device": config.device,
         "correctness_rounds": config.correctness_rounds,
         "timing_sets": config.timing_sets,
+        "timed_bytes": config.timed_bytes,
         "warmup_runs": config.warmup_runs,
         "timing_runs": config.timing_runs,
         "timing_budget_s": config.timing_budget_s,
@@ -194,7 +196,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     # The candidate runs as the same user: the expected outputs (and the seed in the reference's
     # job) must be gone from disk before it starts.
     device = _check_device(config)
-    expected = {p.stem: tensorfile.load(p, device) for p in dirs["expected"].glob("*.st")}
+    expected = {p.stem: tensorfile.load(p) for p in dirs["expected"].glob("*.st")}  # host memory, one set at a time on the device
     shutil.rmtree(dirs["expected"])
     shutil.rmtree(dirs["ref"])
     say(f"candidate on {len(runnable)} workloads")
@@ -205,7 +207,8 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         cubin_path=str(build.cubin_path) if build.cubin_path else None,
         extension_path=str(build.extension_path) if build.extension_path else None,
         destination_passing_style=solution.spec.destination_passing_style,
-        workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable))
+        workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable,
+        timed_sets=[ref_results[i]["timed_sets"] for i in runnable]))
     sent = [workloads[i].uuid for i in runnable]
     children.phases["candidate"] = candidate.phases
     hardware = _hardware(config)
@@ -215,7 +218,8 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         if result["status"] != "OK":
             outcomes[index] = _Outcome(Status(result["status"]), result["message"])
             continue
-        check = _check_sets(problem, workloads[index], index, config, dirs, expected, device)
+        check = _check_sets(problem, workloads[index], index, config, dirs, expected, device,
+                            _timed_runs(result, ref_results[index]["timed_sets"]))
         latency, eager = result["latency"]["median_ms"], ref_results[index]["latency"]["median_ms"]
         verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, latency, eager,
                                  known_compile.get(workloads[index].uuid)) if check.status is Status.PASSED else None
@@ -299,25 +303,37 @@ def _hand_over(home: Path, inputs: Path, outputs: Path) -> None:
             os.chown(path, *ids)
 
 
-def _check_sets(problem: Problem, workload: Workload, index: int, config: EvalConfig,
-                dirs: dict[str, Path], expected_sets: dict[str, dict[str, Any]], device: torch.device) -> Check:
-    """Every correctness round and every timing set's last outputs, every output tensor."""
+def _timed_runs(result: dict[str, Any], timed_sets: int) -> int:
+    """The timed runs the candidate reports (each on its own input set, each to be checked); a
+    count that its sets cannot account for is -1, which fails the check."""
+    runs = result.get("latency", {}).get("runs")
+    return runs if isinstance(runs, int) and 1 <= runs <= timed_sets else -1
+
+
+def _check_sets(problem: Problem, workload: Workload, index: int, config: EvalConfig, dirs: dict[str, Path],
+                expected_sets: dict[str, dict[str, Any]], device: torch.device, timed_runs: int) -> Check:
+    """Every correctness round and the outputs of every timed run (each had its own input set),
+    every output tensor."""
+    if timed_runs < 0:
+        return Check(Status.REWARD_HACK, "the solution's timing reported a count of timed runs that its "
+                                         "timed input sets cannot account for (a forged result)")
     tolerance = workload.effective_tolerance
     worst_abs = worst_rel = 0.0
     ratio = 1.0
-    for s in range(config.correctness_rounds + config.timing_sets):
+    for s in range(config.correctness_rounds + timed_runs):
         expected = expected_sets[f"w{index}_s{s}"]
         path = dirs["outputs"] / f"w{index}_s{s}.st"
+        phase = "correctness round" if s < config.correctness_rounds else "timed run on input set"
         if not path.exists():
-            return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for input set {s}")
+            return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for {phase} {s}")
         try:
             actual = tensorfile.load(path, device)
         except Exception as error:  # the file is the candidate's: unreadable means it was tampered with
             return Check(Status.RUNTIME_ERROR, f"the outputs of input set {s} are unreadable: {error}")
         for name in problem.definition.outputs:
-            check = compare(name, actual.get(name), expected[name], tolerance)
+            want = expected[name].to(device) if isinstance(expected[name], torch.Tensor) else expected[name]
+            check = compare(name, actual.get(name), want, tolerance)
             if check.status is not Status.PASSED:
-                phase = "correctness round" if s < config.correctness_rounds else "timed run on input set"
                 return Check(check.status, f"{phase} {s}: {check.message}", check.max_absolute_error,
                              check.max_relative_error, check.matched_ratio)
             worst_abs = max(worst_abs, check.max_absolute_error)
@@ -365,8 +381,6 @@ def environment(device: str) -> Environment:
     if device.startswith("cuda") and torch.cuda.is_available():
         return Environment(hardware=torch.cuda.get_device_name(torch.device(device)), libs=libs)
     return Environment(hardware=f"CPU {cpu_name()}", libs=libs)
-
-
 
 
 def _hardware(config: EvalConfig) -> HardwareSpec | None:

@@ -7,9 +7,11 @@ out of the timed region, as when a GPU is kept busy). The run is bracketed by ev
 stream and, where CUPTI is present (`cupti-python`), its kernels, copies and memsets are recorded
 on every stream: the latency of a run is then the CUPTI span (first start to last end, the device's
 own clock), so work moved to another stream counts; the events' median is kept beside it, and is
-the latency where CUPTI is absent. At least 50 runs are timed there. On the CPU, `perf_counter`. A time budget caps slow workloads (never fewer than 3 runs).
+the latency where CUPTI is absent. At least 50 runs are timed there. On the CPU, `perf_counter`.
+A time budget caps slow workloads (never fewer than 3 runs), and `plan.max_runs` caps every
+workload: the candidate has that many timed input sets, one per timed run.
 An optional `prepare(i)` runs before every iteration, outside the timed region (fresh inputs
-and outputs for the candidate).
+and outputs for the candidate). Warm-up runs get `i < 0`, timed runs `i = 0, 1, ...`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ class TimingPlan:
     warmup_runs: int
     timing_runs: int
     budget_s: float
+    max_runs: int | None = None  # at most this many timed runs, whatever the device's minimum
+
+    def wanted_runs(self, device: torch.device) -> int:
+        """How many timed runs the plan asks for on `device` before its budget or `max_runs` cut it."""
+        runs = max(self.timing_runs, MIN_GPU_RUNS) if device.type == "cuda" else self.timing_runs
+        return runs if self.max_runs is None else min(runs, self.max_runs)
 
 
 @dataclass(frozen=True)
@@ -64,10 +72,10 @@ def synchronize(device: torch.device) -> None:
 
 def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPlan,
               prepare: Callable[[int], object] | None = None) -> Latency:
-    """Time `run(i)` (i = iteration number, so callers can rotate input sets); `prepare(i)`, if
-    given, runs untimed just before `run(i)`."""
+    """Time `run(i)` (i = timed run number, negative for the warm-up runs, so that callers can
+    give every run its own input set); `prepare(i)`, if given, runs untimed just before `run(i)`."""
     launches: list[float] = []
-    for i in range(plan.warmup_runs):
+    for i in range(-plan.warmup_runs, 0):
         if prepare is not None:
             prepare(i)
         synchronize(device)
@@ -80,9 +88,8 @@ def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPl
     if device.type != "cuda":
         return _time_on_host(run, plan, prepare)
     gpu = _GpuClock(device, launch_s)
-    runs = max(plan.timing_runs, MIN_GPU_RUNS)
     started = time.perf_counter()
-    for i in range(runs):
+    for i in range(plan.wanted_runs(device)):
         if prepare is not None:
             prepare(i)
         gpu.time(run, i)
@@ -95,7 +102,7 @@ def _time_on_host(run: Callable[[int], object], plan: TimingPlan,
                   prepare: Callable[[int], object] | None) -> Latency:
     samples: list[float] = []
     started = time.perf_counter()
-    for i in range(plan.timing_runs):
+    for i in range(plan.wanted_runs(torch.device("cpu"))):
         if prepare is not None:
             prepare(i)
         begin = time.perf_counter()

@@ -19,8 +19,6 @@ Not covered here (GPU only, or not yet caught anywhere):
 - CUDA graphs replayed across timed iterations, launches left in flight after the call returns
   (no synchronize), L2 cache residency between iterations (the flush), a time below the SOL bound:
   not yet covered by a GPU test;
-- a value-keyed result cache across timed iterations (the input sets of the timed runs rotate,
-  so their values repeat): xfail below, no fix in the child (evaluate.py/timing.py);
 - results and outputs forged by the solution at import, before the harness runs (in-process: any
   code in the candidate's process can write what the harness writes): xfail below;
 - a native timer hijack through ctypes (the C function behind time.perf_counter rewritten): xfail
@@ -75,12 +73,12 @@ JOB = json.loads(Path("job.json").read_text())
 
 def _forge():
     results = []
-    for index, workload in zip(JOB["indices"], JOB["workloads"]):
-        for s in range(JOB["correctness_rounds"] + JOB["timing_sets"]):
+    for index, workload, timed_sets in zip(JOB["indices"], JOB["workloads"], JOB["timed_sets"]):
+        for s in range(JOB["correctness_rounds"] + timed_sets):
             inputs = tensorfile.load(Path(JOB["inputs_dir"]) / f"w{index}_s{s}.st")
             outputs = {"y": inputs["x"] * inputs["w"] + inputs["b"]}
             tensorfile.save(outputs, Path(JOB["outputs_dir"]) / f"w{index}_s{s}.st")
-        latency = {"median_ms": 1e-6, "min_ms": 1e-6, "max_ms": 1e-6, "runs": 3, "clock": "perf_counter"}
+        latency = {"median_ms": 1e-6, "min_ms": 1e-6, "max_ms": 1e-6, "runs": timed_sets, "clock": "perf_counter"}
         results.append({"uuid": workload["uuid"], "status": "OK", "latency": latency})
     Path(JOB["result_path"]).write_text(json.dumps({"workloads": results}))
 """
@@ -165,6 +163,30 @@ CASES = [
                 LAST[x.shape[0]] = x * w + b
             return LAST[x.shape[0]]
         """, solution={"dps": False}, caught="correctness round 1"),
+    # A cache keyed on a few input values, probing whether it ever serves a timed run (the calls
+    # after the correctness rounds and the warm-up, counted from its job): the second workload gets
+    # the right answer only if it did. Each timed run has an input set of its own, so it never does.
+    Case("caches_by_value_across_timed_runs", WRONG, """
+        import json
+        from pathlib import Path
+
+        JOB = json.loads(Path("job.json").read_text())
+        UNTIMED = JOB["correctness_rounds"] + JOB["warmup_runs"]
+        CACHE, CALLS, TIMED_HITS = {}, {}, []
+
+        def run(x, w, b, y):
+            calls = CALLS[x.shape] = CALLS.get(x.shape, 0) + 1
+            key = repr((tuple(x.shape), x.flatten()[:4].tolist(), w[:2].tolist()))
+            if key in CACHE:
+                if calls > UNTIMED:
+                    TIMED_HITS.append(calls)
+                y.copy_(CACHE[key])
+            elif len(CALLS) > 1 and not TIMED_HITS:
+                y.zero_()
+            else:
+                CACHE[key] = x * w + b
+                y.copy_(CACHE[key])
+        """, statuses=(Status.PASSED, WRONG), caught="correctness round 0"),
     # --- constant, zero or near outputs --------------------------------------------------------------
     Case("zero_outputs", WRONG, """
         def run(x, w, b, y):
@@ -695,23 +717,12 @@ CASES = [
 # Holes with no fix in the files this suite's author owns: each is explained in
 # docs/results/hardening.md, and fails (XPASS, strict) once it closes.
 OPEN_HOLES = {
-    "caches_by_value_across_timed_runs": "the timed runs rotate among `timing_sets` input sets, so "
-                                         "their values repeat and a cache keyed on them hits",
     "forges_results_at_import_and_exits": "in-process: the candidate can write the result file and "
                                           "the outputs before the harness runs at all",
     "hijacks_the_clock_through_ctypes": "in-process: the C function behind time.perf_counter can be "
                                         "rewritten without replacing the Python object",
 }
 HOLES = [
-    Case("caches_by_value_across_timed_runs", WRONG, """
-        CACHE = {}
-
-        def run(x, w, b, y):
-            key = repr((tuple(x.shape), x.flatten()[:4].tolist(), w[:2].tolist()))
-            if key not in CACHE:
-                CACHE[key] = x * w + b
-            y.copy_(CACHE[key])
-        """),
     Case("forges_results_at_import_and_exits", WRONG, FORGE + """
         import os
 
@@ -768,12 +779,26 @@ POINTER_CACHE = Case("caches_by_pointer", WRONG, """
         CACHE[key] = (x * w + b, (x.clone(), w.clone(), b.clone()))
         y.copy_(CACHE[key][0])
     """)
-CASES_BY_ID = {c.id: c for c in [*CASES, *HOLES, POINTER_CACHE]}
+# The same kind of value-keyed cache without a probe: honest when it misses, but a miss costs 30 ms
+# and a hit nothing. Its latency is what it shows: 30 ms if no timed run was served from the cache.
+VALUE_CACHE = Case("value_cache_gains_nothing_in_timed_runs", Status.PASSED, """
+    import time
+
+    CACHE = {}
+
+    def run(x, w, b, y):
+        key = repr((tuple(x.shape), x.flatten()[:4].tolist(), w[:2].tolist()))
+        if key not in CACHE:
+            time.sleep(0.03)
+            CACHE[key] = x * w + b
+        y.copy_(CACHE[key])
+    """)
+CASES_BY_ID = {c.id: c for c in [*CASES, *HOLES, POINTER_CACHE, VALUE_CACHE]}
 
 
 @pytest.fixture(scope="module")
 def attempts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attempts]:
-    yield from start_attempts(request, tmp_path_factory.mktemp("hacks"), [*CASES, *HOLES, POINTER_CACHE])
+    yield from start_attempts(request, tmp_path_factory.mktemp("hacks"), [*CASES, *HOLES, POINTER_CACHE, VALUE_CACHE])
 
 
 def _param(case: Case):
@@ -810,6 +835,13 @@ def test_a_pointer_cache_never_hits_the_same_values(attempts: Attempts, case: Ca
     assert result.status is expected, result.message
 
 
+@pytest.mark.parametrize("case", [VALUE_CACHE], ids=[VALUE_CACHE.id])
+def test_a_value_cache_never_serves_a_timed_run(attempts: Attempts, case: Case) -> None:
+    result = attempts[case].result
+    assert result.status is Status.PASSED, result.message
+    assert all(t.evaluation.performance.latency_ms >= 30 for t in result.traces), result.traces
+
+
 @pytest.mark.parametrize("case", [CASES_BY_ID["leaves_a_daemon_in_its_own_session"]],
                          ids=["leaves_a_daemon_in_its_own_session"])
 def test_a_daemon_in_its_own_session_does_not_outlive_the_attempt(attempts: Attempts, case: Case) -> None:
@@ -822,5 +854,5 @@ def test_a_daemon_in_its_own_session_does_not_outlive_the_attempt(attempts: Atte
 
 
 def test_every_kind_is_listed_once() -> None:
-    assert len(CASES_BY_ID) == len(CASES) + len(HOLES) + 1
+    assert len(CASES_BY_ID) == len(CASES) + len(HOLES) + 2
     assert set(OPEN_HOLES) == {c.id for c in HOLES}
