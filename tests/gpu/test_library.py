@@ -14,6 +14,7 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
+from services.evaluator import cutedsl  # noqa: E402
 from services.evaluator.evaluate import EvalConfig, evaluate  # noqa: E402
 from services.evaluator.spares import Spares  # noqa: E402
 from shared.schema import load_problem  # noqa: E402
@@ -36,6 +37,8 @@ def config():
 def test_seed_passes_every_workload(config, name, index):
     problem = load_problem(PROBLEMS / name)
     seed = problem.seeds[index]
+    if seed.spec.language.value == "cute_dsl" and not cutedsl.available():
+        pytest.skip("nvidia-cutlass-dsl is not installed here (tests/gpu/test_cute_library.py needs it too)")
     result = evaluate(problem, seed, config)
     failed = [(t.workload.axes, t.evaluation.status.value, t.evaluation.log[:500])
               for t in result.traces if t.evaluation.status.value != "PASSED"]
