@@ -45,6 +45,16 @@ def state_and_parent(pid: int) -> tuple[str, int] | None:
         return None
 
 
+def start_time(pid: int) -> int | None:
+    """When the process started, in clock ticks since boot (with the pid, it names one process:
+    pids are reused, start times are not); None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22 of the stat line
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def running(pid: int) -> bool:
     """Alive and not a zombie."""
     found = state_and_parent(pid)

@@ -9,7 +9,6 @@ import math
 import os
 import secrets
 import shutil
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -25,6 +24,7 @@ from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.sandbox import StartedChild, finish_child, start_child, unprivileged_ids
 from services.evaluator.spares import HOMES, SPARE_READY_S, Spare, Spares, discard
 from services.evaluator.score import hardware_for, score_workload
+from services.evaluator.scratch import make_folder, sweep_folders
 from shared.hardware import HardwareSpec, cpu_name
 from shared.schema import (
     AttemptInfo, Correctness, Environment, Evaluation, Performance, Problem, Solution, SolScore, Status, Timing,
@@ -130,7 +130,8 @@ class _Children:
             self.spares = {role: config.spares.take(role, home) for role, home in HOMES.items()}
             root = self.spares["candidate"].root
         else:
-            root = Path(tempfile.mkdtemp(prefix="ks-attempt-", dir=scratch_root(config)))
+            sweep_folders(scratch_root(config))
+            root = make_folder("att", scratch_root(config))
         self.root = root
         self.dirs = {n: root / n for n in ("ref", "expected", "inputs", "cand", "outputs", "solution")}
         if "reference" in self.spares:

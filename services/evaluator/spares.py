@@ -12,12 +12,12 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.evaluator.scratch import make_folder, sweep_folders
 from services.evaluator.sandbox import StartedChild, start_child, unprivileged_ids
 
 HOMES = {"reference": "ref", "candidate": "cand"}  # role -> the child's home inside its folder
@@ -44,6 +44,7 @@ class Spares:
         self.device, self.scratch, self.fork_server = device, scratch, fork_server
         self._ready: dict[str, Spare] = {}
         self._lock = threading.Lock()
+        sweep_folders(self.scratch)  # what an evaluator killed before us left there
         atexit.register(self.close)
 
     def take(self, role: str, home: str) -> Spare:
@@ -75,7 +76,7 @@ class Spares:
             discard(spare)
 
     def _start(self, role: str, home: str) -> Spare:
-        root = Path(tempfile.mkdtemp(prefix=f"ks-{role[:3]}-", dir=self.scratch))
+        root = make_folder(role[:3], self.scratch)
         (root / home).mkdir(mode=0o700)
         ids = unprivileged_ids() if role == "candidate" else None
         if ids is not None:  # it starts as `nobody` in a home of its own (see evaluate._hand_over)

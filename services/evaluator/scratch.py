@@ -1,0 +1,84 @@
+"""Attempt folders, and the sweep that removes the ones a killed evaluator left behind.
+
+Each attempt and each spare child gets a folder `ks-<role>-XXXX` under the scratch root (/dev/shm
+where it has room): input sets, expected and produced outputs, gigabytes for large workloads. The
+evaluator removes it when the attempt ends; an evaluator killed with SIGKILL (the OOM killer, a
+restart, a fault test) never gets to, and a host that runs for weeks would fill its /dev/shm. So
+every folder holds `.owner`: the pid of the process that made it, that process's start time (so a
+reused pid does not count) and its pid namespace (so pids from another container sharing the folder
+are never judged). `sweep_folders` removes the folders whose owner, in our namespace, is gone, and folders
+without an owner file that are older than `UNOWNED_MAX_AGE_S` (made before owner files existed, or
+by a process killed between making the folder and writing the file). It runs when an evaluator makes
+a pool of spares and when it makes an attempt folder without one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from shared.process import start_time
+
+PREFIX = "ks-"
+ROLES = ("att", "can", "ref")  # attempt folders, and the candidate's and reference's spare folders
+OWNER = ".owner"
+UNOWNED_MAX_AGE_S = 24 * 3600.0
+
+
+def make_folder(role: str, scratch: str | None) -> Path:
+    """A new folder `ks-<role>-XXXX` under `scratch` (the system's temp dir when None), owned by us."""
+    root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{role}-", dir=scratch))
+    (root / OWNER).write_text(identity(os.getpid()) or "")
+    return root
+
+
+def identity(pid: int) -> str | None:
+    """`pid start-time pid-namespace` of a live process, None when there is none."""
+    started = start_time(pid)
+    if started is None:
+        return None
+    return f"{pid} {started} {_namespace(pid)}"
+
+
+def sweep_folders(scratch: str | None, now: float | None = None) -> list[Path]:
+    """Remove the `ks-*` folders under `scratch` whose owner is gone; return them."""
+    base = Path(scratch if scratch is not None else tempfile.gettempdir())
+    now = time.time() if now is None else now
+    own_namespace = _namespace(os.getpid())
+    removed = []
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return removed
+    for folder in entries:
+        if not folder.name.startswith(tuple(PREFIX + role for role in ROLES)) or folder.is_symlink() \
+                or not folder.is_dir():
+            continue
+        try:
+            owner = (folder / OWNER).read_text().split()
+        except OSError:
+            owner = None
+        if owner is None or len(owner) != 3:
+            try:
+                stale = now - folder.stat().st_mtime > UNOWNED_MAX_AGE_S
+            except OSError:
+                continue
+        else:
+            pid, started, namespace = owner
+            if namespace != own_namespace:
+                continue  # another container's pids: not ours to judge
+            stale = identity(int(pid)) != " ".join(owner) if pid.isdigit() else False
+        if stale:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _namespace(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid").replace(" ", "_")
+    except OSError:
+        return "-"
