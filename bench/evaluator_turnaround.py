@@ -5,7 +5,9 @@
 Cases: the same elementwise kernel as language `cuda` with an empty build cache (cold: nvcc runs),
 again with the cubin cached, as a `pytorch` solution, as `cuda` and as `pytorch` with children
 started on demand instead of spares started ahead, and as `cuda_cpp` (a torch extension: cold, then
-cached). On a CPU: `--device cpu --cases 2,6 --workloads 4` (the pytorch cases, small workloads). The
+cached). A cold case gets an empty build cache whatever ran before it; the evaluator's own CUDA context
+is made before the first case, as the service does at start. On a CPU: `--device cpu --cases 2,6
+--workloads 4` (the pytorch cases, small workloads). The
 wall time of each phase (build, reference child, candidate child, checks) is recorded. Prints a
 table; writes JSON.
 """
@@ -13,6 +15,7 @@ table; writes JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import tempfile
 import time
@@ -134,6 +137,9 @@ def main() -> None:
         problem = load_problem(write_problem(Path(tmp) / "problem"))
         cache = LocalStore(Path(tmp) / "store")
         spares = Spares(args.device, None)
+        if args.device.startswith("cuda"):  # the evaluator service makes its CUDA context once, at start
+            torch.zeros(1, device=args.device).add_(1)
+            torch.cuda.synchronize()
         for case, language, ahead in cases:
             config = EvalConfig(device=args.device, build_cache=cache, spares=spares if ahead else None)
             if ahead:  # as in the evaluator service between attempts: spares started and warm
@@ -141,7 +147,9 @@ def main() -> None:
                 for spare in spares._ready.values():
                     spare.wait_ready(SPARE_READY_S)
             runs = []
-            for _ in range(args.repeat):
+            for k in range(args.repeat):
+                if "cold" in case:  # an empty build cache for every run of a cold case, whatever ran before
+                    config = dataclasses.replace(config, build_cache=LocalStore(Path(tmp) / f"cold-{len(rows)}-{k}"))
                 if ahead:
                     for spare in spares._ready.values():
                         spare.wait_ready(SPARE_READY_S)
