@@ -13,25 +13,40 @@ the measured ceilings next to the datasheet ones, and the SOL model uses them wh
 
 Each timed run is bracketed by CUDA events after warm-up runs. Nothing but torch is needed. The
 same functions run on a CPU device (with `time.perf_counter`), which is how they are tested.
+
+`ensure` is what the evaluator service calls at start (`tasks.py`, GPU devices, setting
+`calibrate`): the newest calibration of its GPU kind younger than `MAX_AGE` when the database has
+one, else a new one measured in a child process (an idle GPU: no attempt runs before it ends) and
+stored. `stored` is what an attempt reads (`record.py`) to price T_sol with the measured ceilings.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 import torch
 
+from sqlalchemy import select
+
+from shared.db import CalibrationRow, Database
 from shared.hardware import HardwareSpec, UnknownHardwareError, lookup
+
+log = logging.getLogger(__name__)
+MAX_AGE = timedelta(days=7)  # a stored calibration older than this is measured again at start
+CHILD_TIMEOUT_S = 600.0
 
 DEFAULT_COPY_BYTES = 2 << 30
 DEFAULT_MATMUL_N = 8192
@@ -199,6 +214,64 @@ def format_table(calibration: Calibration, spec: HardwareSpec | None = None) -> 
         lines.append(f"{label:24} {measured:>12.1f} {sheet_text} {ratio}")
     lines += [f"skipped: {reason}" for reason in calibration.skipped]
     return "\n".join(lines)
+
+
+def stored(db: Database, hardware: str, max_age: timedelta | None = None) -> Calibration | None:
+    """The newest calibration of `hardware` (torch's device name), if younger than `max_age`."""
+    with db.session() as session:
+        row = session.scalars(select(CalibrationRow).where(CalibrationRow.hardware == hardware)
+                              .order_by(CalibrationRow.measured_at.desc(), CalibrationRow.id.desc()).limit(1)).first()
+        if row is None:
+            return None
+        measured_at = row.measured_at if row.measured_at.tzinfo else row.measured_at.replace(tzinfo=timezone.utc)
+        if max_age is not None and datetime.now(timezone.utc) - measured_at > max_age:
+            return None
+        return Calibration(row.hardware, row.bandwidth_gbps, MappingProxyType(json.loads(row.tflops_json)),
+                           measured_at.isoformat(timespec="seconds"), "")
+
+
+def store(db: Database, calibration: Calibration) -> None:
+    with db.session() as session:
+        session.add(CalibrationRow(hardware=calibration.hardware, bandwidth_gbps=calibration.bandwidth_gbps,
+                                   tflops_json=calibration.tflops_json,
+                                   measured_at=datetime.fromisoformat(calibration.measured_at)
+                                   .astimezone(timezone.utc).replace(tzinfo=None)))
+
+
+def measure_in_child(device: str) -> Calibration:
+    """`python -m services.evaluator.calibrate` in a process of its own: its memory goes with it."""
+    with tempfile.TemporaryDirectory(prefix="ks-calibration-") as folder:
+        out = Path(folder) / "calibration.json"
+        done = subprocess.run([sys.executable, "-m", "services.evaluator.calibrate", "--device", device, "--out",
+                               str(out)], capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"calibration exited {done.returncode}: {(done.stderr or done.stdout)[-1500:]}")
+        return Calibration.from_json(json.loads(out.read_text()))
+
+
+def ensure(db: Database, device: str, hardware: str,
+           measure: Callable[[str], Calibration] = measure_in_child) -> Calibration | None:
+    """A calibration of `hardware` no older than MAX_AGE: the stored one, else measured now and
+    stored. None when the hardware has no datasheet row to attach it to, or the measurement failed
+    (the datasheet ceilings then price T_sol, as before)."""
+    try:
+        lookup(hardware)
+    except UnknownHardwareError:
+        log.info("no calibration: %s has no row in the hardware table", hardware)
+        return None
+    found = stored(db, hardware, MAX_AGE)
+    if found is not None:
+        return found
+    started = time.monotonic()
+    try:
+        calibration = measure(device)
+    except Exception:
+        log.exception("calibration of %s failed: T_sol stays on the datasheet ceilings", hardware)
+        return None
+    store(db, calibration)
+    log.info("calibrated %s in %.0f s: %.0f GB/s, %s TFLOP/s", hardware, time.monotonic() - started,
+             calibration.bandwidth_gbps, {k: round(v) for k, v in calibration.tflops.items()})
+    return calibration
 
 
 def main(argv: list[str] | None = None) -> int:

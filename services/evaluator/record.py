@@ -19,7 +19,9 @@ from shared.repository import IN_FLIGHT, PARTIAL, attempt_workloads, get_solutio
 from shared.runtime import Runtime
 from shared.schema import AttemptInfo, Status
 
+from services.evaluator.calibrate import stored
 from services.evaluator.evaluate import EvalConfig, environment, evaluate, scratch_root
+from services.evaluator.score import hardware_for
 from services.evaluator.spares import spares_for
 
 log = logging.getLogger(__name__)
@@ -79,7 +81,9 @@ def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, p
     hardware = environment(device).hardware
     cached = _compile_baselines(db, problem_id, hardware)
     config = EvalConfig.from_settings(runtime.settings, device, store)
+    calibration, spec = stored(db, hardware), hardware_for(hardware)
     config = dataclasses.replace(config, spares=spares_for(device, scratch_root(config), config.fork_server),
+                                 hardware=calibration.apply_to(spec) if calibration and spec else config.hardware,
                                  compile_baselines=cached,
                                  measure_compile=device.startswith("cuda") and len(cached) < len(problem.workloads))
     result = evaluate(problem, solution, config, attempt=info)

@@ -74,5 +74,6 @@ def score_workload(definition: Definition, workload: Workload, problem_root: Pat
     sol = estimate(work, hardware)
     t_b = baseline_ms(eager_ms, compile_ms)
     score = sol_score(latency_ms, t_b, sol.t_sol_ms)
+    datasheet = estimate(work, hardware, use_measured=False).t_sol_ms if hardware.calibrated else None
     return Verdict(SolScore(t_sol_ms=sol.t_sol_ms, t_baseline_ms=t_b, score=score.display, bound=sol.bound.value,
-                            hardware=hardware.name), None)
+                            hardware=hardware.name, t_sol_datasheet_ms=datasheet), None)

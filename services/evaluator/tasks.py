@@ -1,5 +1,6 @@
 """The `evaluate` task: decode the ids, run the attempt, retry only infrastructure faults. At
-start-up the evaluator sends again what it was running when it last stopped (`record.recover`)."""
+start-up a GPU evaluator calibrates its ceilings when none recent is stored (`calibrate.ensure`),
+then sends again what it was running when it last stopped (`record.recover`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import logging
 from celery import Celery
 from celery.signals import worker_ready
 
+from services.evaluator import calibrate
+from services.evaluator.evaluate import environment
 from services.evaluator.record import evaluate_attempt, give_up, recover
 from shared.celery_app import EVALUATE, send_evaluate
 from shared.errors import RetryableError
@@ -32,6 +35,12 @@ def register(app: Celery, runtime: Runtime) -> None:
 
     @worker_ready.connect(weak=False)
     def recover_on_start(sender=None, **_) -> None:
+        device = runtime.settings.device
+        if runtime.settings.calibrate and device.startswith("cuda"):
+            try:  # before the first attempt: the measurement needs the GPU to itself
+                calibrate.ensure(runtime.db, device, environment(device).hardware)
+            except Exception:  # the DB is down: T_sol stays on the datasheet ceilings until the next start
+                log.exception("could not calibrate evaluator %s", sender.hostname)
         try:
             recover(runtime, sender.hostname, functools.partial(send_evaluate, app))
         except Exception:  # the DB or the broker is down: the planner's deadline is the fallback

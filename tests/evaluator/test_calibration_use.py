@@ -1,0 +1,107 @@
+"""A GPU evaluator calibrates at start when nothing recent is stored, keeps the result in the
+database, and every attempt then prices T_sol at the measured ceilings, the datasheet's kept beside."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from services.evaluator import calibrate as cal
+from services.evaluator import record
+from services.evaluator.evaluate import AttemptResult, environment
+from services.evaluator.record import evaluate_attempt
+from services.evaluator.score import score_workload
+from shared.db import CalibrationRow
+from shared.hardware import H200_SXM
+from shared.repository import create_attempt, put_solution, upsert_problem
+from shared.runtime import Runtime
+from shared.schema import Status, load_problem
+from shared.settings import Settings
+
+PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
+PROBLEM = load_problem(PROBLEMS / "llama31_8b_rmsnorm")
+H200 = "NVIDIA H200"
+
+
+def measured(when: datetime | None = None, bandwidth: float = 4254.0) -> cal.Calibration:
+    when = when or datetime.now(timezone.utc)
+    return cal.Calibration(H200, bandwidth, MappingProxyType({"bfloat16": 772.0}),
+                           when.isoformat(timespec="seconds"), "test")
+
+
+@pytest.fixture
+def runtime(tmp_path) -> Iterator[Runtime]:
+    runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS))
+    yield runtime
+    runtime.db.dispose()
+
+
+class Measure:
+    def __init__(self, result: cal.Calibration | Exception) -> None:
+        self.result, self.calls = result, 0
+
+    def __call__(self, device: str) -> cal.Calibration:
+        self.calls += 1
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+def test_measured_once_then_read_from_the_database(runtime):
+    measure = Measure(measured())
+    first = cal.ensure(runtime.db, "cuda", H200, measure)
+    second = cal.ensure(runtime.db, "cuda", H200, Measure(RuntimeError("must not measure again")))
+    assert measure.calls == 1
+    assert first.bandwidth_gbps == second.bandwidth_gbps == 4254.0
+    assert dict(second.tflops) == {"bfloat16": 772.0}
+
+
+def test_an_old_calibration_is_measured_again(runtime):
+    cal.store(runtime.db, measured(datetime.now(timezone.utc) - cal.MAX_AGE - timedelta(hours=1), 4000.0))
+    measure = Measure(measured(bandwidth=4300.0))
+    assert cal.ensure(runtime.db, "cuda", H200, measure).bandwidth_gbps == 4300.0
+    assert measure.calls == 1
+    assert cal.stored(runtime.db, H200).bandwidth_gbps == 4300.0  # the newest prices attempts
+
+
+def test_unknown_hardware_or_a_failed_measurement_leaves_the_datasheet(runtime):
+    assert cal.ensure(runtime.db, "cuda", "Some GPU we have no row for", Measure(measured())) is None
+    assert cal.ensure(runtime.db, "cuda", H200, Measure(RuntimeError("out of memory"))) is None
+    with runtime.db.session() as session:
+        assert session.query(CalibrationRow).count() == 0
+
+
+def test_the_score_keeps_both_t_sol_figures():
+    workload = PROBLEM.workloads[-1]
+    calibrated = measured().apply_to(H200_SXM)
+    plain = score_workload(PROBLEM.definition, workload, PROBLEM.root, H200_SXM, 0.01, 0.1, None).sol
+    priced = score_workload(PROBLEM.definition, workload, PROBLEM.root, calibrated, 0.01, 0.1, None).sol
+    assert plain.t_sol_datasheet_ms is None
+    assert priced.t_sol_datasheet_ms == pytest.approx(plain.t_sol_ms)
+    assert priced.t_sol_ms == pytest.approx(plain.t_sol_ms * 4800.0 / 4254.0)  # memory-bound: bandwidth ratio
+
+
+def test_an_attempt_is_priced_with_the_stored_calibration(runtime, monkeypatch):
+    here = environment("cpu").hardware  # this machine stands in for an H200 with a stored calibration
+    cal.store(runtime.db, cal.Calibration(here, 4254.0, MappingProxyType({"bfloat16": 772.0}),
+                                          datetime.now(timezone.utc).isoformat(timespec="seconds"), "test"))
+    monkeypatch.setattr(record, "hardware_for", lambda name: H200_SXM if name == here else None)
+    monkeypatch.setattr(record, "spares_for", lambda *args: None)
+    seen = []
+
+    def stand_in(problem, solution, config, max_workloads=None, attempt=None, progress=None):
+        seen.append(config.hardware)
+        return AttemptResult(Status.COMPILE_ERROR, [], None, None, 0, "stand-in")
+
+    monkeypatch.setattr(record, "evaluate", stand_in)
+    with runtime.db.session() as session:
+        problem_id = upsert_problem(session, PROBLEM).id
+        digest = put_solution(session, runtime.store, problem_id, PROBLEM.seed("pytorch"))
+        attempt_id = create_attempt(session, problem_id, digest, "cpu").id
+    evaluate_attempt(runtime, attempt_id, "cpu", "evaluator@a")
+    assert seen[0] is not None and seen[0].calibrated
+    assert seen[0].bandwidth_gbps() == 4254.0 and seen[0].bandwidth_gbps(use_measured=False) == H200_SXM.dram_gbps
