@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from services.evaluator import tensorfile
+from services.evaluator.correctness import unmatchable
 from services.evaluator.cutedsl import CompileFailed, CuteEntry
 from services.evaluator.guards import Guard, snapshot
 from services.evaluator.inputs import InputError, make_inputs, torch_dtype
@@ -176,7 +177,9 @@ class _SetFailed(Exception):
 def _reference_set(job: dict, definition: Definition, workload: Workload, index: int, s: int,
                    device: torch.device, reference: ModuleType) -> tuple[dict[str, Any], int]:
     """Input set `s`: drawn from its own seed, saved for the candidate, the reference's outputs
-    saved where the candidate cannot read them. Returns the inputs and the set's bytes (both sides)."""
+    saved where the candidate cannot read them. Returns the inputs and the set's bytes (both sides).
+    A set on which the reference's own outputs fail the tolerance against themselves (NaN, or -inf
+    the workload does not allow) makes the workload INVALID_REFERENCE: no solution could pass it."""
     try:
         with _phase("inputs"):
             inputs = make_inputs(definition, workload, set_seed(job["seed"], index, s), device,
@@ -193,6 +196,11 @@ def _reference_set(job: dict, definition: Definition, workload: Workload, index:
         synchronize(device)
     except Exception:
         raise _SetFailed("INVALID_REFERENCE", "the reference raised:\n" + _traceback()) from None
+    problem = unmatchable(outputs, workload.effective_tolerance)
+    if problem:
+        raise _SetFailed("INVALID_REFERENCE", f"the reference's outputs on input set {s} cannot be matched, "
+                                              f"not even by the reference: {problem}. The workload's inputs take "
+                                              f"the reference out of its range.")
     with _phase("save"):
         tensorfile.save(outputs, Path(job["expected_dir"]) / f"w{index}_s{s}.st")
     return inputs, sum(v.nbytes for v in (*inputs.values(), *outputs.values()) if isinstance(v, torch.Tensor))
