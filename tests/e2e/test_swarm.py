@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -137,3 +138,78 @@ def test_up_stops_by_itself_and_leaves_a_leaderboard(tmp_path):
     kept, left_out = cpu_sized([load_problem(p) for p in find_problems([PROBLEMS])])
     assert names == {p.name for p in kept} and set(SMALL) <= names
     assert left_out and f"leaving out {len(left_out)} problems too large for it" in up.stderr
+
+
+RMSNORM = """import torch
+
+
+@torch.no_grad()
+def run(hidden_states, weight, output):
+    x = hidden_states.to(torch.float32)
+    x = x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + 1e-5)
+    torch.mul(x.to(hidden_states.dtype), weight, out=output)
+"""
+
+
+class EveryTurnEndpoint:
+    """An OpenAI-compatible chat server for a whole campaign: a request that ends with a tool's answer
+    gets `submit`, any other gets `evaluate` with a correct RMSNorm. Counts the requests by model."""
+
+    def __init__(self) -> None:
+        from werkzeug.serving import make_server
+
+        self.models: list[str] = []
+        self.server = make_server("127.0.0.1", 0, self._app, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def _app(self, environ, start_response):
+        from werkzeug.wrappers import Request, Response
+
+        body = json.loads(Request(environ).get_data())
+        self.models.append(body["model"])
+        answered = body["messages"][-1]["role"] == "tool"
+        call = ("submit", {}) if answered else ("evaluate", {"language": "pytorch", "files": [
+            {"path": "main.py", "content": RMSNORM}]})
+        message = {"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"call_{len(self.models)}", "type": "function",
+            "function": {"name": call[0], "arguments": json.dumps(call[1])}}]}
+        reply = {"id": f"c{len(self.models)}", "object": "chat.completion", "created": 0, "model": body["model"],
+                 "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+                 "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+        return Response(json.dumps(reply), content_type="application/json")(environ, start_response)
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def test_up_with_an_openai_endpoint_records_the_models_attempts(tmp_path):
+    """`kernelswarm up` with OPENAI_BASE_URL and a key: the writers are LLM agents, and the attempts
+    they make carry the configured model as their author."""
+    library = tmp_path / "problems"
+    shutil.copytree(PROBLEMS / "llama31_8b_rmsnorm", library / "llama31_8b_rmsnorm")
+    endpoint = EveryTurnEndpoint()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("KERNELSWARM_", "OPENAI_"))} | {
+        "KERNELSWARM_HOME": str(tmp_path / "home"), "KERNELSWARM_PROBLEMS_DIR": str(library),
+        "KERNELSWARM_TIMING_BUDGET_S": "0.3", "KERNELSWARM_CORRECTNESS_ROUNDS": "2",
+        "KERNELSWARM_MODEL": "e2e-model", "OPENAI_API_KEY": "sk-e2e", "OPENAI_BASE_URL": endpoint.url}
+    try:
+        up = subprocess.run([sys.executable, "-m", "kernelswarm.cli", "up", "--device", "cpu", "--duration", "10",
+                             "--port", str(free_port())], env=env, cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    finally:
+        endpoint.close()
+    assert up.returncode == 0, up.stderr[-4000:]
+    assert endpoint.models and set(endpoint.models) == {"e2e-model"}
+    db = Database(f"sqlite:///{tmp_path / 'home' / 'kernelswarm.db'}")
+    try:
+        with db.session() as session:
+            mine = session.scalars(select(AttemptRow).where(AttemptRow.model == "e2e-model")).all()
+            statuses = [a.status for a in mine]
+            hashes = [a.solution_hash for a in mine if a.status == "PASSED"]
+    finally:
+        db.dispose()
+    assert "PASSED" in statuses, (statuses, up.stderr[-3000:])
+    store = open_store(Settings(home=tmp_path / "home"))
+    from shared.repository import get_solution
+    assert get_solution(store, hashes[0]).author == "e2e-model"
