@@ -34,24 +34,32 @@ def set_parent_death_signal(sig: int, lib: ctypes.CDLL) -> None:
     lib.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from field 3 (the state) on; None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
+    except (OSError, IndexError):
+        return None
+
+
 def state_and_parent(pid: int) -> tuple[str, int] | None:
     """The process's state letter (`Z`: a zombie waiting to be reaped) and its parent's pid, from
     /proc; None when there is no such process."""
+    fields = _stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()  # the name, in parentheses, may hold spaces
-        return fields[0], int(fields[1])
-    except (OSError, IndexError, ValueError):
+        return (fields[0], int(fields[1])) if fields else None
+    except (IndexError, ValueError):
         return None
 
 
 def start_time(pid: int) -> int | None:
     """When the process started, in clock ticks since boot (with the pid, it names one process:
     pids are reused, start times are not); None when there is no such process."""
+    fields = _stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22 of the stat line
-    except (OSError, IndexError, ValueError):
+        return int(fields[19]) if fields else None  # field 22 of the stat line
+    except (IndexError, ValueError):
         return None
 
 

@@ -130,8 +130,9 @@ class _Children:
             self.spares = {role: config.spares.take(role, home) for role, home in HOMES.items()}
             root = self.spares["candidate"].root
         else:
-            sweep_folders(scratch_root(config))
-            root = make_folder("att", scratch_root(config))
+            scratch = scratch_root(config)
+            sweep_folders(scratch)
+            root = make_folder("att", scratch)
         self.root = root
         self.dirs = {n: root / n for n in ("ref", "expected", "inputs", "cand", "outputs", "solution")}
         if "reference" in self.spares:

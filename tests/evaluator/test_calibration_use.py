@@ -3,7 +3,6 @@ database, and every attempt then prices T_sol at the measured ceilings, the data
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import MappingProxyType
@@ -18,9 +17,7 @@ from services.evaluator.score import score_workload
 from shared.db import CalibrationRow
 from shared.hardware import H200_SXM
 from shared.repository import create_attempt, put_solution, upsert_problem
-from shared.runtime import Runtime
 from shared.schema import Status, load_problem
-from shared.settings import Settings
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
 PROBLEM = load_problem(PROBLEMS / "llama31_8b_rmsnorm")
@@ -31,13 +28,6 @@ def measured(when: datetime | None = None, bandwidth: float = 4254.0) -> cal.Cal
     when = when or datetime.now(timezone.utc)
     return cal.Calibration(H200, bandwidth, MappingProxyType({"bfloat16": 772.0}),
                            when.isoformat(timespec="seconds"), "test")
-
-
-@pytest.fixture
-def runtime(tmp_path) -> Iterator[Runtime]:
-    runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS))
-    yield runtime
-    runtime.db.dispose()
 
 
 class Measure:

@@ -5,7 +5,6 @@ evaluator is given up. The evaluation itself is replaced by a stand-in; the DB l
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,17 +19,9 @@ from shared.errors import StoreError
 from shared.repository import create_attempt, put_solution, upsert_problem
 from shared.runtime import Runtime
 from shared.schema import Correctness, Environment, Evaluation, Performance, Status, Trace, load_problem
-from shared.settings import Settings
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
 PROBLEM = "llama31_8b_rmsnorm"
-
-
-@pytest.fixture
-def runtime(tmp_path) -> Iterator[Runtime]:
-    runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS))
-    yield runtime
-    runtime.db.dispose()
 
 
 @pytest.fixture

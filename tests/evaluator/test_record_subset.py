@@ -5,7 +5,6 @@ evaluation itself is replaced by a stand-in that passes whatever it is given; th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,17 +17,9 @@ from shared.db import AttemptRow, TraceRow, utcnow
 from shared.repository import create_attempt, put_solution, upsert_problem
 from shared.runtime import Runtime
 from shared.schema import Correctness, Environment, Evaluation, Performance, Status, Trace, load_problem
-from shared.settings import Settings
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
 PROBLEM = load_problem(PROBLEMS / "llama31_8b_rmsnorm")
-
-
-@pytest.fixture
-def runtime(tmp_path) -> Iterator[Runtime]:
-    runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS))
-    yield runtime
-    runtime.db.dispose()
 
 
 class PassEverything:

@@ -7,8 +7,6 @@ there: `pytest -m gpu tests/gpu/test_cute_library.py`.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -19,20 +17,11 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
               pytest.mark.skipif(not cutedsl.available(), reason="nvidia-cutlass-dsl is not installed here")]
 
-from services.evaluator.evaluate import EvalConfig, evaluate  # noqa: E402
-from services.evaluator.spares import Spares  # noqa: E402
+from services.evaluator.evaluate import evaluate  # noqa: E402
 from shared.schema import Status, load_problem  # noqa: E402
+from test_library import PROBLEMS, config  # noqa: E402,F401 - the library test's config and spares
 
-PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
 CUTE_SEEDS = ["gemma3_geglu", "llama31_8b_rmsnorm", "llama31_8b_gemm_o_proj"]
-
-
-@pytest.fixture(scope="module")
-def config():
-    spares = Spares("cuda", None)
-    yield EvalConfig(device="cuda", correctness_rounds=3, timing_sets=2, warmup_runs=2, timing_runs=50,
-                     timing_budget_s=0.3, attempt_timeout_s=600, spares=spares)
-    spares.close()
 
 
 @pytest.mark.parametrize("name", CUTE_SEEDS)
