@@ -176,7 +176,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     say(f"reference on {len(workloads)} workloads")
     # Spares wait until both have warmed up, so that neither's start overlaps the other's timing.
     children.wait_ready()
-    reference = _child(dirs["ref"], config, children.started("reference"), dict(
+    reference = _child(dirs["ref"], config, lambda: children.started("reference"), dict(
         common, role="reference", seed=secrets.randbits(48), expected_dir=str(dirs["expected"]),
         measure_compile=config.measure_compile,
         problem_root=str(problem.root) if problem.root else None,
@@ -202,7 +202,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     shutil.rmtree(dirs["expected"])
     shutil.rmtree(dirs["ref"])
     say(f"candidate on {len(runnable)} workloads")
-    candidate = _child(dirs["cand"], config, children.started("candidate"), dict(
+    candidate = _child(dirs["cand"], config, lambda: children.started("candidate"), dict(
         common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
         entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
         language=solution.spec.language.value,
@@ -265,7 +265,9 @@ class _ChildResults:
         return done + [missing] + [later] * (len(uuids) - len(done) - 1)
 
 
-def _child(home: Path, config: EvalConfig, started: StartedChild, job: dict[str, Any]) -> _ChildResults:
+def _child(home: Path, config: EvalConfig, start: Callable[[], StartedChild], job: dict[str, Any]) -> _ChildResults:
+    """Runs one role's job. The candidate's folders are handed over before its child starts: a
+    child forked at once would otherwise enter its home while it is still the evaluator's."""
     result_path = home / "result.json"
     job["result_path"] = str(result_path)
     job_path = home / "job.json"
@@ -275,7 +277,7 @@ def _child(home: Path, config: EvalConfig, started: StartedChild, job: dict[str,
         _hand_over(home, Path(job["inputs_dir"]), Path(job["outputs_dir"]))
     timeout_s = config.attempt_timeout_s if untrusted else max(config.attempt_timeout_s, config.reference_timeout_s)
     stall_s = config.workload_timeout_s if untrusted else None
-    run = finish_child(started, str(job_path), timeout_s, result_path, stall_s)
+    run = finish_child(start(), str(job_path), timeout_s, result_path, stall_s)
     phases: dict[str, float] = {}
     try:
         reported = json.loads(result_path.read_text()) if result_path.exists() else {"workloads": []}

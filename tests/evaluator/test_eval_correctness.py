@@ -168,3 +168,16 @@ def test_integers_compare_exactly() -> None:
     check = compare("i", torch.tensor([1, 2, 4]), expected, EXACT)
     assert check.status is Status.INCORRECT_NUMERICAL
     assert "worst at [2]: got 4, expected 3" in check.message
+
+
+def test_matched_ratio_is_an_exact_count() -> None:
+    """One element off in 1,000,003 with exactly that share required passes. A float32 mean of the
+    matches rounds 0.999999000003 down to 0.99999899 (and on the GPU rounded a full match below
+    1.0), which failed workloads whose elements all matched."""
+    n = 1_000_003
+    expected = torch.zeros(n)
+    actual = expected.clone()
+    actual[0] = 1.0
+    check = compare("y", actual, expected, tol(required_matched_ratio=(n - 1) / n))
+    assert check.status is Status.PASSED, check.message
+    assert check.matched_ratio == (n - 1) / n
