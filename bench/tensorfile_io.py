@@ -1,9 +1,11 @@
-"""Saving an input set to a file and loading it back: the evaluator's `tensorfile.save` (the
-safetensors library's `save_file`, which copies a GPU tensor whole into pageable host memory and
-then into a bytes object before writing) against `staged`, a writer of the same file layout that
-sends a GPU tensor's bytes through one 64 MiB pinned buffer straight to the file. The question it
-answers on a GPU: is the reference child's time writing sets (7 s of a 15 s attempt on the H200,
-2026-12-03) the library's copies, or the bytes themselves?
+"""Saving an input set to a file and loading it back, with the two writers of the evaluator's file:
+`safetensors` (safetensors' `save_file`, as `tensorfile.save` wrote until 2026-12-03: a GPU tensor is
+copied whole into pageable host memory, and by older safetensors releases into a bytes object too,
+before it is written) against
+`tensorfile` (`tensorfile.save` now: the same bytes, written from a CPU tensor's own memory or, for a
+GPU tensor, through one pinned staging buffer of at most 64 MiB, a chunk at a time). The question it
+answers on a GPU: how much of the reference child's time writing sets (7 s of a 15 s attempt on the
+H200, 2026-12-03, at 0.7 GB/s) the library's copies cost.
 
     python bench/tensorfile_io.py --device cpu --sizes-mib 64,512,1300 --out tensorfile-io.json
     python bench/tensorfile_io.py --device cuda --sizes-mib 64,512,1300 --out tensorfile-io.json
@@ -12,8 +14,10 @@ Each case runs in a fresh process (so its peak resident memory is its own): one 
 given size on the device, saved to the scratch folder the evaluator uses (/dev/shm where it has
 room), loaded back onto the device; the median of `--repeats` saves and loads, and the process's
 peak resident memory over its start (mapped pages of the loaded file count). On a CPU the load only
-maps the file, so its time is near zero there. On this 2-core VM both writers run at 2.1-2.3 GB/s
-(64 and 512 MiB, 2026-12-03): the question is the GPU's. Prints a table; writes JSON.
+maps the file, so its time is near zero there, and neither writer copies a CPU tensor (safetensors
+0.8 writes from the tensor's pointer): on this 2-core VM both save at 1.7-2.4 GB/s, the same within
+run-to-run noise (64 and 512 MiB, two runs, 2026-12-03). The difference is the GPU's. Prints a
+table; writes JSON.
 """
 
 from __future__ import annotations
@@ -30,31 +34,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-WRITERS = ("tensorfile", "staged")
-STAGE_BYTES = 64 << 20
+WRITERS = ("safetensors", "tensorfile")
 
 
-def staged_save(values: dict, path: Path) -> None:
-    """The safetensors layout written from each tensor's memory (one tensor here, as the bench needs)."""
+def safetensors_save(values: dict, path: Path) -> None:
+    """`tensorfile.save` as it was before 2026-12-03: the same file, written by safetensors' `save_file`."""
     import torch
+    from safetensors.torch import save_file
 
-    raw = values["x"].contiguous().reshape(-1).view(torch.uint8)
-    layout = {"x": {"kind": "tensor", "dtype": str(values["x"].dtype).removeprefix("torch."),
-                    "shape": list(values["x"].shape)}}
-    header = json.dumps({"__metadata__": {"kernelswarm": json.dumps(layout)},
-                         "x": {"dtype": "U8", "shape": [raw.numel()], "data_offsets": [0, raw.numel()]}}).encode()
-    header += b" " * (-len(header) % 8)
-    with open(path, "wb") as file:
-        file.write(len(header).to_bytes(8, "little"))
-        file.write(header)
-        if raw.device.type == "cpu":
-            file.write(memoryview(raw.numpy()))
-            return
-        stage = torch.empty(min(STAGE_BYTES, raw.numel()), dtype=torch.uint8, pin_memory=True)
-        for start in range(0, raw.numel(), stage.numel()):
-            part = raw[start:start + stage.numel()]
-            stage[:part.numel()].copy_(part)
-            file.write(memoryview(stage[:part.numel()].numpy()))
+    tensors, layout, seen = {}, {}, set()
+    for name, value in values.items():  # tensors only: the bench's sets hold nothing else
+        flat = value.detach().contiguous().reshape(-1)
+        if flat.untyped_storage().data_ptr() in seen or flat.data_ptr() != flat.untyped_storage().data_ptr():
+            flat = flat.clone()  # safetensors refuses tensors that share memory
+        seen.add(flat.untyped_storage().data_ptr())
+        tensors[name] = flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
+        layout[name] = {"kind": "tensor", "dtype": str(value.dtype).removeprefix("torch."), "shape": list(value.shape)}
+    save_file(tensors, str(path), metadata={"kernelswarm": json.dumps(layout)})
 
 
 def one_case(device: str, mib: int, writer: str, repeats: int, folder: str) -> dict:
@@ -65,7 +61,7 @@ def one_case(device: str, mib: int, writer: str, repeats: int, folder: str) -> d
     tensor = torch.empty(mib << 19, device=device, dtype=torch.bfloat16).normal_()  # no float32 temporary
     path = Path(folder) / f"set-{writer}.st"
 
-    save = tensorfile.save if writer == "tensorfile" else staged_save
+    save = tensorfile.save if writer == "tensorfile" else safetensors_save
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     saves, loads = [], []
     for _ in range(repeats):

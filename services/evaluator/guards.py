@@ -63,7 +63,8 @@ def _watched() -> list[tuple[Any, str]]:
     # What the harness calls between the solution's calls and the result file.
     watched += [(torch, name) for name in ("equal", "isfinite", "full", "zeros", "empty")]
     watched += [(torch.Tensor, name) for name in ("detach", "contiguous", "reshape", "view", "numel", "data_ptr",
-                                                  "untyped_storage", "to", "__class__")]
+                                                  "untyped_storage", "to", "__class__", "element_size", "narrow",
+                                                  "numpy")]
     watched += [(statistics, "median"), (json, "dumps"), (json, "loads"), (math, "isfinite"), (os, "replace"),
                 (os, "_exit"), (os, "listdir"), (threading, "enumerate"), (threading, "active_count")]
     watched += [(pathlib.Path, name) for name in ("write_text", "read_text", "replace", "with_suffix", "exists")]

@@ -3,19 +3,35 @@
 Every tensor travels as raw bytes (so any dtype does, FP4 included) with its dtype and shape in the
 header; scalars and None travel in the header too; anything else arrives as `NotATensor`, which
 the correctness check rejects by name. Loading maps the file and copies straight to the device.
+
+Saving writes the safetensors layout itself (8-byte little-endian header length, the JSON header
+padded with spaces to a multiple of 8, then each tensor's bytes in header order, which is by name),
+byte for byte what `safetensors.torch.save_file` writes for the same set, without its copies: a CPU
+tensor's bytes go from its own memory to the file, and a GPU tensor's pass through one pinned
+staging buffer of at most `STAGE_BYTES`, a chunk at a time, so host memory stays bounded whatever
+the tensor's size. (`save_file` copies a GPU tensor whole into pageable host memory first, and its
+older releases then into a bytes object too: 0.7 GB/s on the H200, seconds per attempt.) Tensors
+sharing memory need no copies either: each is written as its own bytes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
+log = logging.getLogger(__name__)
+
+STAGE_BYTES = 64 << 20  # the most host memory a GPU tensor's bytes pass through on their way to the file
 _META = "kernelswarm"
+# The staging buffer, made on the first save that needs one (one save at a time: the evaluator's
+# children are single-threaded). Filled in place, never rebound: the guard in the candidate's
+# process takes any rebound name of this module for the solution's doing.
+_STAGING: dict[str, torch.Tensor] = {}
 
 
 class NotATensor:
@@ -28,24 +44,81 @@ class NotATensor:
         return f"<{self.type_name}>"
 
 
-def save(values: dict[str, Any], path: Path) -> None:
-    tensors: dict[str, torch.Tensor] = {}
+def save(values: dict[str, Any], path: Path, *, stage_all: bool = False) -> None:
+    """Write `values` to `path`. Tensors may share memory or be views of any layout: each is
+    written as its own contiguous bytes. `stage_all` sends CPU tensors through the staging buffer
+    too (the tests do, to exercise the chunks a GPU tensor is written in)."""
     layout: dict[str, dict[str, Any]] = {}
-    seen: set[int] = set()
+    tensors: dict[str, torch.Tensor] = {}
     for name, value in values.items():
         if isinstance(value, torch.Tensor):
-            flat = value.detach().contiguous().reshape(-1)
-            if flat.untyped_storage().data_ptr() in seen or flat.data_ptr() != flat.untyped_storage().data_ptr():
-                flat = flat.clone()  # safetensors refuses tensors that share memory
-            seen.add(flat.untyped_storage().data_ptr())
-            tensors[name] = flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
+            tensors[name] = value
             layout[name] = {"kind": "tensor", "dtype": str(value.dtype).removeprefix("torch."),
                             "shape": list(value.shape)}
         elif value is None or isinstance(value, (bool, int, float)):
             layout[name] = {"kind": "scalar", "value": value}
         else:
             layout[name] = {"kind": "other", "type": type(value).__name__}
-    save_file(tensors, str(path), metadata={_META: json.dumps(layout)})
+    names = sorted(tensors)  # safetensors' order (by dtype, all U8 here, then name): the same file as save_file's
+    sizes = [tensors[n].numel() * tensors[n].element_size() for n in names]
+    staged = {n for n in names if stage_all or tensors[n].device.type != "cpu"}
+    largest = max((size for n, size in zip(names, sizes) if n in staged), default=0)
+    stage = _stage(min(STAGE_BYTES, largest)) if largest else None
+    with open(path, "wb") as file:
+        file.write(_header(layout, names, sizes))
+        for name in names:
+            raw = _bytes_of(tensors[name])
+            if not raw.numel():
+                continue
+            if name in staged:
+                _write_staged(file, raw, stage)
+            else:
+                file.write(memoryview(raw.numpy()))
+
+
+def _header(layout: dict[str, dict[str, Any]], names: list[str], sizes: list[int]) -> bytes:
+    """The length and the JSON header, laid out as safetensors' own writer lays them out."""
+    header: dict[str, Any] = {"__metadata__": {_META: json.dumps(layout)}}
+    offset = 0
+    for name, size in zip(names, sizes):
+        header[name] = {"dtype": "U8", "shape": [size], "data_offsets": [offset, offset + size]}
+        offset += size
+    encoded = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    return len(encoded).to_bytes(8, "little") + encoded
+
+
+def _bytes_of(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements in row-major order as flat uint8, a view of its memory when it is
+    contiguous (an offset into shared storage included), a copy on its own device otherwise."""
+    flat = tensor.detach().contiguous().reshape(-1)
+    return flat.view(torch.uint8) if flat.numel() else torch.empty(0, dtype=torch.uint8)
+
+
+def _stage(nbytes: int) -> torch.Tensor:
+    """A host buffer of at least `nbytes`, pinned where the machine can pin, reused from save to save.
+    Only a plain uint8 CPU tensor is reused: a subclass planted in its place by the solution (to
+    produce its outputs at write time, untimed) is replaced, not written from."""
+    buffer = _STAGING.get("buffer")
+    if type(buffer) is torch.Tensor and buffer.dtype == torch.uint8 and buffer.device.type == "cpu" \
+            and buffer.numel() >= nbytes:
+        return buffer
+    try:
+        buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    except RuntimeError as error:  # no accelerator, or no page-locked memory left
+        log.warning("staging buffer of %d bytes is pageable: pinning failed: %s", nbytes, error)
+        buffer = torch.empty(nbytes, dtype=torch.uint8)
+    _STAGING["buffer"] = buffer
+    return buffer
+
+
+def _write_staged(file: BinaryIO, raw: torch.Tensor, stage: torch.Tensor) -> None:
+    """`raw`'s bytes through `stage`, `STAGE_BYTES` at most a chunk (each copy done before its write)."""
+    chunk = min(STAGE_BYTES, stage.numel())
+    for start in range(0, raw.numel(), chunk):
+        part = stage.narrow(0, 0, min(chunk, raw.numel() - start))
+        part.copy_(raw.narrow(0, start, part.numel()), non_blocking=False)
+        file.write(memoryview(part.numpy()))
 
 
 def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
