@@ -107,13 +107,27 @@ def main() -> None:
         home = Path(folder) / "home"
         progress = campaign(home, args.device, args.duration, REPO / "problems")
         config = EvalConfig.from_settings(Settings(home=home), args.device, None)
-        for problem, seed, best in pairs(home):
+        found = pairs(home)
+        print(f"campaign done: {len(found)} problems whose best is not the shipped seed", file=sys.stderr, flush=True)
+
+        def write() -> None:  # after every problem: a run cut off keeps its rows
+            args.out.write_text(json.dumps({
+                "date": datetime.now(timezone.utc).isoformat(), "device": args.device,
+                "command": f"python bench/tuner_run.py --device {args.device} --duration {args.duration} "
+                           f"--repeats {args.repeats}", "campaign_progress_tail": progress[-2000:],
+                "rows": rows}, indent=2))
+
+        write()
+        for problem, seed, best in found:
+            print(f"re-evaluating {problem.name}: seed and best, {args.repeats} times each", file=sys.stderr,
+                  flush=True)
             runs = {"seed": [], "best": []}
             for _ in range(args.repeats):
                 for label, solution in (("seed", seed), ("best", best)):
                     runs[label].append(per_workload_ms(problem, solution, config))
             if any(r is None for rs in runs.values() for r in rs):
                 rows.append({"problem": problem.name, "error": "an evaluation did not pass"})
+                write()
                 continue
             uuids = list(runs["seed"][0])
             medians = {label: {u: statistics.median(r[u] for r in rs) for u in uuids} for label, rs in runs.items()}
@@ -122,10 +136,7 @@ def main() -> None:
                          "seed_tunables": dict(seed.spec.tunable_values), "best_tunables": dict(best.spec.tunable_values),
                          "seed_geomean_ms": seed_ms, "best_geomean_ms": best_ms, "best_over_seed": best_ms / seed_ms,
                          "per_workload_ms": medians, "runs": runs})
-    report = {"date": datetime.now(timezone.utc).isoformat(), "device": args.device,
-              "command": f"python bench/tuner_run.py --device {args.device} --duration {args.duration} "
-                         f"--repeats {args.repeats}", "campaign_progress_tail": progress[-2000:], "rows": rows}
-    args.out.write_text(json.dumps(report, indent=2))
+            write()
     print(f"{'problem':34} {'seed ms':>10} {'best ms':>10} {'best/seed':>9}  best tunables")
     for r in rows:
         if "error" in r:
