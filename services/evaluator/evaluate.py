@@ -189,7 +189,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
             outcomes.append(None)
             runnable.append(index)
         else:
-            outcomes.append(_Outcome(Status.INVALID_REFERENCE, result["message"]))
+            outcomes.append(_reference_failed(problem, config, result["message"]))
     ref_results = reference.results([w.uuid for w in workloads], "the reference")
     compiled = {w.uuid: r.get("compile_ms") for w, r in zip(workloads, ref_results)
                 if "compile_ms" in r or "compile_error" in r}  # None: torch.compile failed on it
@@ -231,6 +231,25 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         outcomes[index] = _Outcome(check.status, check.message, check, latency, eager, Timing(**result["latency"]),
                                    verdict.sol if verdict else None)
     return outcomes, compiled
+
+
+FP4_DTYPES = {"float4_e2m1", "float4_e2m1fn_x2"}
+
+
+def _reference_failed(problem: Problem, config: EvalConfig, message: str) -> _Outcome:
+    """A reference that fails is INVALID_REFERENCE, unless the problem is NVFP4 and this device
+    cannot run FP4 (before sm_100, or a CPU): then no solution can be judged here, and the
+    attempt is UNSUPPORTED on this hardware rather than held against the problem."""
+    tensors = [*problem.definition.inputs.values(), *problem.definition.outputs.values()]
+    if any(t.dtype.value in FP4_DTYPES for t in tensors):
+        device = _check_device(config)
+        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
+        if capability is None or capability < (10, 0):
+            where = f"sm_{capability[0]}{capability[1]}" if capability else "the CPU"
+            return _Outcome(Status.UNSUPPORTED, f"the problem uses NVFP4 (FP4 tensors), which needs an sm_100 "
+                                                f"or newer GPU; this evaluator runs on {where}, where its "
+                                                f"reference failed:\n{message}")
+    return _Outcome(Status.INVALID_REFERENCE, message)
 
 
 @dataclass(frozen=True)

@@ -57,3 +57,26 @@ def test_reference_with_nan_outputs_is_an_invalid_reference_not_a_wrong_solution
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.uint8])
 def test_dtypes_without_arithmetic_are_left_to_the_comparison(dtype: torch.dtype) -> None:
     assert unmatchable({"q": torch.zeros(4, dtype=dtype)}, tol()) is None
+
+
+FAILING_REFERENCE = "import torch\n\ndef run(x, w, b):\n    raise RuntimeError('CUBLAS_STATUS_NOT_SUPPORTED')\n"
+
+
+@pytest.mark.parametrize(("x_dtype", "status"), [("float4_e2m1fn_x2", Status.UNSUPPORTED),
+                                                 ("float32", Status.INVALID_REFERENCE)])
+def test_a_failing_nvfp4_reference_is_unsupported_where_fp4_cannot_run(tmp_path: Path, x_dtype: str,
+                                                                        status: Status) -> None:
+    """SOL-ExecBench's NVFP4 references call FP4 matmuls that need sm_100: on the H200 (and a CPU)
+    they raise, and the problem is not to blame. Any other failing reference stays INVALID_REFERENCE."""
+    if x_dtype == "float4_e2m1fn_x2" and not hasattr(torch, "float4_e2m1fn_x2"):
+        pytest.skip(f"torch {torch.__version__} has no FP4 dtype")
+    definition = affine_definition("float32", name="fp4_affine", reference=FAILING_REFERENCE)
+    definition["inputs"]["x"]["dtype"] = x_dtype
+    workloads = [{"uuid": "fp4-n8", "axes": {"n": 8}, "inputs": {n: {"type": "random"} for n in "xwb"},
+                  "tolerance": {"max_atol": 1e-5, "max_rtol": 1e-5}}]
+    problem = make_problem(tmp_path, definition, workloads)
+    result = evaluate(problem, make_solution(FAILING_REFERENCE, "fp4_affine", dps=False), FAST)
+    assert result.status is status, result.message
+    assert "CUBLAS_STATUS_NOT_SUPPORTED" in result.message
+    if status is Status.UNSUPPORTED:
+        assert "needs an sm_100" in result.message and "the CPU" in result.message
