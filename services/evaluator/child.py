@@ -1,12 +1,17 @@
 """The child process of an attempt: `python -m services.evaluator.child JOB.json`.
 
 Two roles, two separate processes, neither of which is the evaluator itself:
-- `reference` (trusted): makes every input set from the secret seed, runs the reference, saves
-  the inputs where the candidate can read them and the expected outputs where it cannot, and
-  times the reference.
-- `candidate` (untrusted): loads the solution, runs it on each set into outputs pre-filled with
-  NaN, saves them, then times it, each timed call on a fresh copy of an input set of its own and
-  into fresh NaN-filled outputs. It never sees the seed or the expected outputs.
+- `reference` (trusted): makes every input set from a seed of its own (hashed from the attempt's
+  secret), runs the reference, saves the expected outputs where the candidate cannot read them,
+  and times the reference. A workload's sets reach the candidate one of two ways: random and
+  scalar inputs as each set's seed and a digest of its values (reported in the result, passed on
+  by the parent), which the candidate makes again; safetensors and custom inputs as files saved
+  where the candidate can read them.
+- `candidate` (untrusted): makes each input set again from its seed and checks its digest (a set
+  it cannot make identically is reported, not run), or loads it from its file; runs the solution
+  on each set into outputs pre-filled with NaN, saves them, then times it, each timed call on a
+  fresh copy of an input set of its own and into fresh NaN-filled outputs. It never sees the
+  attempt's secret or the expected outputs; a set's seed gives it only that set's values.
 
 Each role writes `result.json` after every workload, so a crash or a timeout keeps what was
 done. The parent owns every verdict; the child only reports what happened.
@@ -36,7 +41,7 @@ from services.evaluator import tensorfile
 from services.evaluator.correctness import unmatchable
 from services.evaluator.cutedsl import CompileFailed, CuteEntry
 from services.evaluator.guards import Guard, snapshot
-from services.evaluator.inputs import InputError, make_inputs, torch_dtype
+from services.evaluator.inputs import NOT_REPRODUCED, InputError, digest, make_inputs, regenerable, torch_dtype
 from services.evaluator.spares import READY_FILE
 from services.evaluator.timing import TimingPlan, sm_clock_mhz, synchronize, time_runs
 from shared.schema import Definition, Workload
@@ -129,23 +134,26 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
     if reference is None:
         return {"status": "INVALID_REFERENCE", "message": state["error"]}
     rounds = job["correctness_rounds"]
+    sets: list[tuple[int, list]] | None = [] if regenerable(workload) else None  # (seed, digest) per set
     try:
         for s in range(rounds):
-            _reference_set(job, definition, workload, index, s, device, reference)
-        timing_inputs, timed_sets = _timed_sets(job, definition, workload, index, device, reference)
+            _reference_set(job, definition, workload, index, s, device, reference, sets)
+        timing_inputs, timed_sets = _timed_sets(job, definition, workload, index, device, reference, sets)
     except _SetFailed as failed:
         return {"status": failed.status, "message": failed.message}
     with torch.no_grad():
         with _phase("timing"):
             latency = time_runs(lambda i: reference.run(*timing_inputs.values()), device, _plan(job))
     result: dict[str, Any] = {"status": "OK", "latency": latency.as_dict(), "timed_sets": timed_sets}
+    if sets is not None:  # for the candidate's job: it makes these sets again
+        result.update(set_seeds=[seed for seed, _ in sets], set_digests=[made for _, made in sets])
     if job.get("measure_compile"):
         result.update(_time_compiled(reference, timing_inputs, device, job))
     return result
 
 
 def _timed_sets(job: dict, definition: Definition, workload: Workload, index: int, device: torch.device,
-                reference: ModuleType) -> tuple[dict[str, Any], int]:
+                reference: ModuleType, sets: list | None) -> tuple[dict[str, Any], int]:
     """The timed runs' input sets, one per timed run, so that no timed run sees values that an
     earlier call saw: a cache keyed on input values, whatever its key, never hits where the time
     is measured, and every timed run's outputs are checked. (Comparing first and repeated uses of
@@ -159,11 +167,11 @@ def _timed_sets(job: dict, definition: Definition, workload: Workload, index: in
     wanted = _plan(job).wanted_runs(device)
     floor = min(job["timing_sets"], wanted)
     began = time.perf_counter()
-    first, set_bytes = _reference_set(job, definition, workload, index, first_set, device, reference)
+    first, set_bytes = _reference_set(job, definition, workload, index, first_set, device, reference, sets)
     made = 1
     while made < wanted and (made < floor or ((made + 1) * set_bytes <= job["timed_bytes"]
                                               and time.perf_counter() - began <= job["timing_budget_s"])):
-        _reference_set(job, definition, workload, index, first_set + made, device, reference)
+        _reference_set(job, definition, workload, index, first_set + made, device, reference, sets)
         made += 1
     return first, made
 
@@ -175,21 +183,27 @@ class _SetFailed(Exception):
 
 
 def _reference_set(job: dict, definition: Definition, workload: Workload, index: int, s: int,
-                   device: torch.device, reference: ModuleType) -> tuple[dict[str, Any], int]:
-    """Input set `s`: drawn from its own seed, saved for the candidate, the reference's outputs
-    saved where the candidate cannot read them. Returns the inputs and the set's bytes (both sides).
+                   device: torch.device, reference: ModuleType, sets: list | None) -> tuple[dict[str, Any], int]:
+    """Input set `s`: drawn from its own seed; its seed and digest appended to `sets` where the
+    candidate makes it again, else saved for the candidate; the reference's outputs saved where
+    the candidate cannot read them. Returns the inputs and the set's bytes (both sides).
     A set on which the reference's own outputs fail the tolerance against themselves (NaN, or -inf
     the workload does not allow) makes the workload INVALID_REFERENCE: no solution could pass it."""
+    seed = set_seed(job["seed"], index, s)
     try:
         with _phase("inputs"):
-            inputs = make_inputs(definition, workload, set_seed(job["seed"], index, s), device,
+            inputs = make_inputs(definition, workload, seed, device,
                                  Path(job["problem_root"]) if job.get("problem_root") else None, reference)
     except InputError as error:
         raise _SetFailed("INPUT_ERROR", str(error)) from None
     except Exception:
         raise _SetFailed("INVALID_REFERENCE", "making inputs failed:\n" + _traceback()) from None
-    with _phase("save"):
-        tensorfile.save(inputs, Path(job["inputs_dir"]) / f"w{index}_s{s}.st")
+    if sets is None:
+        with _phase("save"):
+            tensorfile.save(inputs, Path(job["inputs_dir"]) / f"w{index}_s{s}.st")
+    else:
+        with _phase("digest"):  # before the reference runs, as the file was saved before it
+            sets.append((seed, digest(inputs)))
     try:
         with torch.no_grad():
             outputs = _as_outputs(definition, reference.run(*inputs.values()))
@@ -231,20 +245,18 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         enforce, check, check_inputs, check_outputs, check_call = state["verdict"]
         entry = state["entry"]
         dps = job["destination_passing_style"]
-        inputs_dir, outputs_dir = Path(job["inputs_dir"]), Path(job["outputs_dir"])
+        outputs_dir = Path(job["outputs_dir"])
         rounds, timed_sets = job["correctness_rounds"], dict(zip(job["indices"], job["timed_sets"]))[index]
         axes = definition.resolve_axes(workload.axes)
         inputs: dict[str, Any] | None = None
         for s in range(rounds):
-            with _phase("load"):
-                inputs = tensorfile.load(inputs_dir / f"w{index}_s{s}.st", device)
+            inputs = _input_set(job, definition, workload, index, s, device)
             before = snapshot(inputs)
             outputs = _call(entry, definition, axes, inputs, dps, device)
             enforce(check() or check_inputs(before, inputs) or check_outputs(outputs))
             with _phase("save"):
                 tensorfile.save(outputs, outputs_dir / f"w{index}_s{s}.st")
-        with _phase("load"):
-            timed = [tensorfile.load(inputs_dir / f"w{index}_s{rounds + t}.st", device) for t in range(timed_sets)]
+        timed = [_input_set(job, definition, workload, index, rounds + t, device) for t in range(timed_sets)]
         timed_before = [snapshot(t) for t in timed]  # the sources of every timed copy stay as they came
         warm = inputs  # the warm-up runs repeat the last correctness round: no timed set is seen before its run
         staged: list[tuple[dict[str, Any], dict[str, torch.Tensor]]] = []
@@ -279,6 +291,11 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
                 tensorfile.save(outputs, outputs_dir / f"w{index}_s{rounds + t}.st")
     except HackDetected as hack:
         return {"status": "REWARD_HACK", "message": str(hack)}
+    except _NotReproduced as differs:  # the solution's doing where the guard sees why
+        violation = state["verdict"][1]()
+        if violation:
+            return {"status": "REWARD_HACK", "message": violation}
+        return {"status": NOT_REPRODUCED, "message": str(differs)}
     except CompileFailed as refused:  # cute_dsl: `cute.compile` refused it
         return {"status": "COMPILE_ERROR", "message": str(refused)}
     except Exception:
@@ -294,6 +311,32 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
 
 class HackDetected(Exception):
     pass
+
+
+class _NotReproduced(Exception):
+    pass
+
+
+def _input_set(job: dict, definition: Definition, workload: Workload, index: int, s: int,
+               device: torch.device) -> dict[str, Any]:
+    """Input set `s` of the workload: made again from its seed where the job gives the seeds, and
+    then identical to the reference's (its digest) or refused; else loaded from its file."""
+    k = job["indices"].index(index)
+    seeds, digests = job["set_seeds"][k], job["set_digests"][k]
+    if seeds is None:
+        with _phase("load"):
+            return tensorfile.load(Path(job["inputs_dir"]) / f"w{index}_s{s}.st", device)
+    with _phase("inputs"):
+        inputs = make_inputs(definition, workload, seeds[s], device, None, None)
+    with _phase("digest"):
+        made = digest(inputs)
+    if made != digests[s]:
+        differ = [str(ours[0]) for ours, theirs in zip(made, digests[s]) if ours != theirs] or ["the set's layout"]
+        raise _NotReproduced(f"input set {s} could not be made again identically in the candidate's process "
+                             f"({', '.join(differ)}: another digest than in the reference's process); not the "
+                             f"solution's fault: the workload's inputs do not come out the same from the same "
+                             f"seed in two processes on this device")
+    return inputs
 
 
 def _enforce(violation: str | None) -> None:

@@ -1,4 +1,8 @@
-"""One attempt: build -> reference child -> candidate child -> check -> one Trace per workload."""
+"""One attempt: build -> reference child -> candidate child -> check -> one Trace per workload.
+
+The input sets of a workload of random and scalar inputs reach the candidate as each set's seed
+(with the digest the reference took of it), and the candidate makes them again; other workloads'
+sets, and the expected and the candidate's outputs, go through files in the attempt folder."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import torch
 from services.evaluator import tensorfile
 from services.evaluator.build import Build, build_solution
 from services.evaluator.correctness import Check, compare
+from services.evaluator.inputs import NOT_REPRODUCED
 from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.sandbox import StartedChild, finish_child, start_child, unprivileged_ids
 from services.evaluator.spares import HOMES, SPARE_READY_S, Spare, Spares, discard
@@ -210,7 +215,11 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         extension_path=str(build.extension_path) if build.extension_path else None,
         destination_passing_style=solution.spec.destination_passing_style,
         workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable,
-        timed_sets=[ref_results[i]["timed_sets"] for i in runnable]))
+        timed_sets=[ref_results[i]["timed_sets"] for i in runnable],
+        # Each set's own seed, not the secret it was hashed from: it gives the set's values, which
+        # the candidate gets anyway. None: the workload's sets are files in `inputs_dir`.
+        set_seeds=[ref_results[i].get("set_seeds") for i in runnable],
+        set_digests=[ref_results[i].get("set_digests") for i in runnable]))
     sent = [workloads[i].uuid for i in runnable]
     children.phases["candidate"] = candidate.phases
     hardware = _hardware(config)
@@ -218,7 +227,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     say("checking")
     for index, result in zip(runnable, candidate.results(sent, "the solution")):
         if result["status"] != "OK":
-            outcomes[index] = _Outcome(Status(result["status"]), result["message"])
+            outcomes[index] = _Outcome(_candidate_status(result["status"]), result["message"])
             continue
         check = _check_sets(problem, workloads[index], index, config, dirs, expected, device,
                             _timed_runs(result, ref_results[index]["timed_sets"]))
@@ -250,6 +259,13 @@ def _reference_failed(problem: Problem, config: EvalConfig, message: str) -> _Ou
                                                 f"or newer GPU; this evaluator runs on {where}, where its "
                                                 f"reference failed:\n{message}")
     return _Outcome(Status.INVALID_REFERENCE, message)
+
+
+def _candidate_status(reported: str) -> Status:
+    """The candidate's statuses are the verdict's, but one: an input set it could not make again
+    identically from its seed (with no tampering the guard sees) is the workload's doing, not the
+    solution's: INVALID_REFERENCE, as when the reference's own process cannot make a set."""
+    return Status.INVALID_REFERENCE if reported == NOT_REPRODUCED else Status(reported)
 
 
 @dataclass(frozen=True)
@@ -426,7 +442,8 @@ def _check_device(config: EvalConfig) -> torch.device:
 
 
 def scratch_root(config: EvalConfig) -> str | None:
-    """Input and output sets go through files: prefer memory-backed /dev/shm when it has room."""
+    """Expected and output sets (and the input sets not made again in the candidate) go through
+    files: prefer memory-backed /dev/shm when it has room."""
     if config.scratch_dir is not None:
         config.scratch_dir.mkdir(parents=True, exist_ok=True)
         return str(config.scratch_dir)

@@ -60,11 +60,13 @@ def _watched() -> list[tuple[Any, str]]:
     from services.evaluator import guards
 
     watched += [(guards.Guard, name) for name in ("check", "check_inputs", "check_outputs", "check_call")]
-    # What the harness calls between the solution's calls and the result file.
-    watched += [(torch, name) for name in ("equal", "isfinite", "full", "zeros", "empty")]
+    # What the harness calls between the solution's calls and the result file, input sets made
+    # again from their seeds and their digests included.
+    watched += [(torch, name) for name in ("equal", "isfinite", "full", "zeros", "empty", "randn", "randint",
+                                           "Generator", "arange", "stack")]
     watched += [(torch.Tensor, name) for name in ("detach", "contiguous", "reshape", "view", "numel", "data_ptr",
                                                   "untyped_storage", "to", "__class__", "element_size", "narrow",
-                                                  "numpy")]
+                                                  "numpy", "sum", "tolist", "bool")]
     watched += [(statistics, "median"), (json, "dumps"), (json, "loads"), (math, "isfinite"), (os, "replace"),
                 (os, "_exit"), (os, "listdir"), (threading, "enumerate"), (threading, "active_count")]
     watched += [(pathlib.Path, name) for name in ("write_text", "read_text", "replace", "with_suffix", "exists")]

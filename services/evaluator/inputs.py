@@ -1,5 +1,9 @@
 """Inputs for one workload: random by dtype, scalar, safetensors, or the definition's custom
-entrypoint. Every set is drawn from its own seed, which only the trusted side knows.
+entrypoint. Every set is drawn from its own seed, hashed from a secret only the trusted side knows.
+
+A workload whose inputs are all random or scalar is `regenerable`: the candidate's process makes
+each set again from the set's own seed instead of reading it from a file, and compares its
+`digest` with the one the reference's process took of the same set.
 
 Random floats are standard normal for every tensor, weights and biases included: an all-ones
 norm weight would let a kernel that forgets the weight pass.
@@ -31,6 +35,10 @@ TORCH_DTYPES: dict[DType, torch.dtype] = {
 }
 if hasattr(torch, "float4_e2m1fn_x2"):
     TORCH_DTYPES[DType.FLOAT4_E2M1FN_X2] = torch.float4_e2m1fn_x2
+
+
+NOT_REPRODUCED = "INPUTS_NOT_REPRODUCED"  # the candidate's report of a set it made differently
+DIGEST_PERIOD = 1021  # a prime: the weighted sum below tells apart bytes whose positions differ mod it
 
 
 class InputError(Exception):
@@ -112,3 +120,44 @@ def _load_safetensors(spec: SafetensorsInput, problem_root: Path | None, device:
         if spec.tensor_key not in handle.keys():
             raise InputError(f"{path} has no tensor {spec.tensor_key!r}")
         return handle.get_tensor(spec.tensor_key).to(device)
+
+
+def regenerable(workload: Workload) -> bool:
+    """Random and scalar inputs only: the same seed makes the same set in any process on the same
+    device. Safetensors files may not be readable from the candidate's sandbox, and a custom
+    generator need not be deterministic, so those sets travel as files."""
+    return all(isinstance(spec, (RandomInput, ScalarInput)) for spec in workload.inputs.values())
+
+
+def digest(values: dict[str, Any]) -> list[list[Any]]:
+    """A cheap fingerprint of an input set, to tell whether two processes made the same one: per
+    tensor its dtype, shape and two sums of its bits (`_sums`), per scalar its type and value. Not
+    a cryptographic hash: it catches a generator that drew other values, not a forger."""
+    found: list[list[Any]] = []
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor):
+            found.append([name, str(value.dtype).removeprefix("torch."), list(value.shape), *_sums(value)])
+        else:
+            found.append([name, type(value).__name__, repr(value)])
+    return found
+
+
+def _sums(tensor: torch.Tensor) -> list[int]:
+    """The sum of the tensor's 64-bit words (and of its last bytes that make no word) and their sum
+    weighted by position mod `DIGEST_PERIOD`, so that values in other places count too: one
+    reduction over the tensor where it lives, one host sync. Integers, not values: exact whatever
+    the reduction's order (the sums wrap mod 2**64), NaN payloads and FP8/FP4 included. Words,
+    not bytes: a CPU sums int64 words ten times faster than bytes widened to int64."""
+    raw = tensor.contiguous().view(-1).view(torch.uint8)
+    if raw.storage_offset() % 8:  # a view into its storage that words cannot start at
+        raw = raw.clone()
+    whole = raw.numel() // 8 * 8
+    words = raw[:whole].view(torch.int64)
+    body = words.numel() - words.numel() % DIGEST_PERIOD
+    columns = words[:body].view(-1, DIGEST_PERIOD).sum(dim=0)
+    if body < words.numel():  # (skipped when empty: microseconds a small tensor on a CPU)
+        columns[:words.numel() - body] += words[body:]
+    if whole < raw.numel():
+        columns[:raw.numel() - whole] += raw[whole:]
+    weights = torch.arange(1, DIGEST_PERIOD + 1, dtype=torch.int64, device=raw.device)
+    return torch.stack([columns.sum(), (columns * weights).sum()]).tolist()

@@ -1,6 +1,6 @@
 """The runner for the reward-hack suite: each case is one solution evaluated end to end (build,
-reference child, candidate child, checks) on the tiny affine problem of `evalkit`, with its FAST
-config, on the CPU.
+reference child, candidate child, checks) on the tiny affine problem of `evalkit` (or a variant),
+with its FAST config, on the CPU.
 
 An attempt costs two child processes that import torch (about 3 s of CPU), so a module's selected
 cases are started together when its first test asks for one and run two at a time; each test then
@@ -23,10 +23,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from safetensors.torch import save_file
 
 from services.evaluator.evaluate import AttemptResult, evaluate
-from shared.schema import Problem, Status
-from tests.evaluator.evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
+from shared.schema import Problem, Status, load_problem
+from tests.evaluator.evalkit import (
+    FAST, affine_definition, affine_workloads, make_problem, make_solution, write_problem,
+)
 
 WORKERS = 2
 SECRETS = {"KERNELSWARM_HACKS_SECRET": "evaluator-only-7f3a", "OPENAI_API_KEY": "sk-hacks-suite-not-real"}
@@ -83,8 +87,16 @@ class Attempts:
 
 
 def problems(root: Path) -> dict[str, Problem]:
-    return {f"affine_{dtype}": make_problem(root, affine_definition(dtype), affine_workloads(dtype))
-            for dtype in ("float32", "bfloat16")}
+    found = {f"affine_{dtype}": make_problem(root, affine_definition(dtype), affine_workloads(dtype))
+             for dtype in ("float32", "bfloat16")}
+    # `w` read from a file: the input sets of its workloads reach the candidate as files.
+    from_file = {"x": {"type": "random"}, "b": {"type": "random"},
+                 "w": {"type": "safetensors", "path": "data/w.safetensors", "tensor_key": "w"}}
+    folder = write_problem(root, affine_definition(name="affine_from_file"), affine_workloads(inputs=from_file))
+    (folder / "data").mkdir()
+    save_file({"w": torch.linspace(-2.0, 2.0, 16)}, str(folder / "data" / "w.safetensors"))
+    found["affine_from_file"] = load_problem(folder, with_seeds=False)
+    return found
 
 
 def start_attempts(request: pytest.FixtureRequest, tmp: Path, cases: list[Case]) -> Iterator[Attempts]:

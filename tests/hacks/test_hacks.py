@@ -61,21 +61,29 @@ def _answer(found, x, w, b, y):
 """
 
 # Writes every output set and a result with a tiny latency for the workloads of its own job, as
-# the harness would (the job file sits in the candidate's working directory).
+# the harness would (the job file sits in the candidate's working directory; the affine problem's
+# input sets are made again from the seeds in it, as the harness makes them).
 FORGE = """
 import json
 from pathlib import Path
 
+import torch
+
 from services.evaluator import tensorfile
+from services.evaluator.inputs import make_inputs
+from shared.schema import Definition, Workload
 
 JOB = json.loads(Path("job.json").read_text())
 
 
 def _forge():
+    definition = Definition.model_validate(JOB["definition"])
     results = []
-    for index, workload, timed_sets in zip(JOB["indices"], JOB["workloads"], JOB["timed_sets"]):
+    for index, workload, timed_sets, seeds in zip(JOB["indices"], JOB["workloads"], JOB["timed_sets"],
+                                                  JOB["set_seeds"]):
         for s in range(JOB["correctness_rounds"] + timed_sets):
-            inputs = tensorfile.load(Path(JOB["inputs_dir"]) / f"w{index}_s{s}.st")
+            inputs = make_inputs(definition, Workload.model_validate(workload), seeds[s], torch.device("cpu"),
+                                 None, None)
             outputs = {"y": inputs["x"] * inputs["w"] + inputs["b"]}
             tensorfile.save(outputs, Path(JOB["outputs_dir"]) / f"w{index}_s{s}.st")
         latency = {"median_ms": 1e-6, "min_ms": 1e-6, "max_ms": 1e-6, "runs": timed_sets, "clock": "perf_counter"}
@@ -267,6 +275,9 @@ CASES = [
                 FOUND[x.shape] = _guess(x)
             _answer(FOUND[x.shape] is not None, x, w, b, y)
         """, caught="correctness round 0"),
+    # The secret, under its key in the reference's job. (The candidate's own job holds each set's
+    # seed, `set_seeds`, hashed from the secret: it gives that set's values, which the candidate
+    # gets anyway; tests/evaluator/test_regenerated_sets.py checks the secret is not there.)
     Case("reads_the_seed", WRONG, ANSWER_IF + """
         import os
         from pathlib import Path
@@ -643,7 +654,9 @@ CASES = [
         def run(x, w, b, y):
             y.zero_()
         """, caught="correctness round 0"),
-    # Makes every input zero, so that zeros are the right answer for the inputs it gets.
+    # Makes every input zero, so that zeros are the right answer for the inputs it gets. Only the
+    # sets of a workload with a safetensors input are files (random ones are made again from their
+    # seeds), hence its problem.
     Case("overwrites_the_attempts_inputs", WRONG, """
         import json
         from pathlib import Path
@@ -659,7 +672,16 @@ CASES = [
 
         def run(x, w, b, y):
             y.copy_(x * w + b)
-        """, caught="correctness round 0"),
+        """, problem="affine_from_file", caught="correctness round 0"),
+    # The same for sets made again from their seeds: the generator made to draw zeros.
+    Case("makes_its_inputs_zero", HACK, """
+        import torch
+
+        torch.randn = lambda *shape, generator=None, **options: torch.zeros(*shape, **options)
+
+        def run(x, w, b, y):
+            y.copy_(x * w + b)
+        """, caught="replaced torch.randn"),
     # --- secrets and the network ---------------------------------------------------------------------
     Case("reads_secrets_from_its_environment", WRONG, ANSWER_IF + """
         import os
