@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from services.evaluator.evaluate import EvalConfig, evaluate
+from services.evaluator.evaluate import EvalConfig, evaluate, warm_up
 from services.evaluator.spares import HOMES, SPARE_READY_S, Spares
 from shared.hardware import cpu_name
 from shared.schema import Solution, load_problem
@@ -137,9 +137,8 @@ def main() -> None:
         problem = load_problem(write_problem(Path(tmp) / "problem"))
         cache = LocalStore(Path(tmp) / "store")
         spares = Spares(args.device, None)
-        if args.device.startswith("cuda"):  # the evaluator service makes its CUDA context once, at start
-            torch.zeros(1, device=args.device).add_(1)
-            torch.cuda.synchronize()
+        if args.device.startswith("cuda"):  # as the evaluator service does once, at start
+            warm_up(args.device)
         for case, language, ahead in cases:
             config = EvalConfig(device=args.device, build_cache=cache, spares=spares if ahead else None)
             if ahead:  # as in the evaluator service between attempts: spares started and warm

@@ -134,7 +134,8 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
     if reference is None:
         return {"status": "INVALID_REFERENCE", "message": state["error"]}
     rounds = job["correctness_rounds"]
-    sets: list[tuple[int, list]] | None = [] if regenerable(workload) else None  # (seed, digest) per set
+    # (seed, digest) per set where the candidate makes the sets again; None: they travel as files
+    sets: list[tuple[int, list]] | None = [] if job.get("regenerate_inputs") and regenerable(workload) else None
     try:
         for s in range(rounds):
             _reference_set(job, definition, workload, index, s, device, reference, sets)

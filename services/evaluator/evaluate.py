@@ -63,6 +63,14 @@ class EvalConfig:
     spares: Spares | None = None  # children started ahead (the evaluator service); None: start on demand
     fork_server: bool = True  # children forked from a warm fork server (sandbox.start_child)
     timed_bytes: int = 256 << 20  # beyond `timing_sets`, a workload's timed sets (inputs and outputs) stay under this
+    # Random input sets made again in the candidate from their seeds instead of passed as files.
+    # None: on a GPU only, where drawing a set takes milliseconds; on a CPU, mapping a file from
+    # /dev/shm is faster than drawing it again (12 workloads: 8.5 s with files, 10.2 s drawn).
+    regenerate_inputs: bool | None = None
+
+    @property
+    def regenerates_inputs(self) -> bool:
+        return self.regenerate_inputs if self.regenerate_inputs is not None else self.device.startswith("cuda")
 
     @classmethod
     def from_settings(cls, settings: Settings, device: str | None = None,
@@ -173,6 +181,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         "correctness_rounds": config.correctness_rounds,
         "timing_sets": config.timing_sets,
         "timed_bytes": config.timed_bytes,
+        "regenerate_inputs": config.regenerates_inputs,
         "warmup_runs": config.warmup_runs,
         "timing_runs": config.timing_runs,
         "timing_budget_s": config.timing_budget_s,
@@ -413,6 +422,27 @@ def _summarize(traces: list[Trace], compiled: dict[str, float]) -> AttemptResult
     sols = [t.evaluation.sol.score for t in traces if t.evaluation.sol is not None]
     score = problem_score(sols) if len(sols) == len(traces) else None
     return AttemptResult(Status.PASSED, traces, latency, speedup, len(passed), "", score, compiled)
+
+
+def warm_up(device: str) -> None:
+    """What the evaluator's own process does on a device in every attempt, done once ahead: its
+    CUDA context, a set file loaded onto the device and one comparison (on the H200 the first
+    attempt of a process spent 4.9-9 s more in its checks than the next ones, 2026-12-03)."""
+    import tempfile
+
+    from shared.schema import Tolerance
+
+    target = torch.device(device)
+    with tempfile.TemporaryDirectory(dir=scratch_root(EvalConfig(device=device))) as folder:
+        path = Path(folder) / "warm.st"
+        values = {"y": torch.arange(64, dtype=torch.float32), "n": 64}
+        tensorfile.save(values, path)
+        loaded = tensorfile.load(path, target)
+    for dtype in (torch.float32, torch.bfloat16):
+        y = loaded["y"].to(dtype)
+        compare("y", y, y.clone(), Tolerance(max_atol=1e-3, max_rtol=1e-3))
+    if target.type == "cuda":
+        torch.cuda.synchronize(target)
 
 
 def environment(device: str) -> Environment:

@@ -1,6 +1,7 @@
 """The `evaluate` task: decode the ids, run the attempt, retry only infrastructure faults. At
-start-up a GPU evaluator calibrates its ceilings when none recent is stored (`calibrate.ensure`),
-then sends again what it was running when it last stopped (`record.recover`)."""
+start-up a GPU evaluator warms up its own checks (`evaluate.warm_up`), calibrates its ceilings
+when none recent is stored (`calibrate.ensure`), then sends again what it was running when it
+last stopped (`record.recover`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from celery import Celery
 from celery.signals import worker_ready
 
 from services.evaluator import calibrate
-from services.evaluator.evaluate import environment
+from services.evaluator.evaluate import environment, warm_up
 from services.evaluator.record import evaluate_attempt, give_up, recover
 from shared.celery_app import EVALUATE, send_evaluate
 from shared.errors import RetryableError
@@ -36,6 +37,11 @@ def register(app: Celery, runtime: Runtime) -> None:
     @worker_ready.connect(weak=False)
     def recover_on_start(sender=None, **_) -> None:
         device = runtime.settings.device
+        if device.startswith("cuda"):
+            try:
+                warm_up(device)
+            except Exception:  # the first attempt then pays for it
+                log.exception("could not warm up evaluator %s on %s", sender.hostname, device)
         if runtime.settings.calibrate and device.startswith("cuda"):
             try:  # before the first attempt: the measurement needs the GPU to itself
                 calibrate.ensure(runtime.db, device, environment(device).hardware)

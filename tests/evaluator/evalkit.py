@@ -14,8 +14,10 @@ from shared.schema import Problem, Solution, load_problem
 REPO = Path(__file__).resolve().parents[2]
 PROBLEMS_DIR = REPO / "problems"
 
+# regenerate_inputs: the GPU's way of handing over random sets (on a CPU the default is files), so
+# that the suites here test what runs in production.
 FAST = EvalConfig(device="cpu", correctness_rounds=2, timing_sets=2, warmup_runs=1, timing_runs=3,
-                  timing_budget_s=0.2, attempt_timeout_s=60.0)
+                  timing_budget_s=0.2, attempt_timeout_s=60.0, regenerate_inputs=True)
 
 TOLERANCE = {
     "float32": {"max_atol": 1e-5, "max_rtol": 1e-5},

@@ -8,6 +8,8 @@ child's job and the attempt's input folder after each child ran."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,6 +123,17 @@ def test_random_sets_are_made_again_not_written(affine: Problem, tmp_path: Path,
         order = [*range(rounds), *[rounds - 1] * FAST.warmup_runs, *range(rounds, count)]
         assert calls[str(workload.axes["n"])] == [[sets[s][n].flatten().tolist() for n in "xwb"] for s in order]
     assert all(t.evaluation.correctness.max_absolute_error == 0.0 for t in result.traces)
+
+
+def test_on_a_cpu_random_sets_go_through_files_unless_asked(affine: Problem, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default follows the device: drawn again on a GPU, files on a CPU (faster there)."""
+    assert dataclasses.replace(FAST, regenerate_inputs=None, device="cuda").regenerates_inputs
+    seen = _watch(monkeypatch)
+    result = evaluation.evaluate(affine, make_solution(AFFINE), dataclasses.replace(FAST, regenerate_inputs=None))
+    assert result.status is Status.PASSED, result.message
+    assert seen.jobs["candidate"]["set_seeds"] == [None, None]
+    assert len(seen.input_files["reference"]) == sum(_set_count(seen, k) for k in range(2))
+    assert "load" in result.child_phases["candidate"] and "inputs" not in result.child_phases["candidate"]
 
 
 def test_sets_with_a_safetensors_input_still_go_through_files(from_file: Problem,
