@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import hashlib
-import importlib.machinery
-import importlib.util
 import json
 import math
 import os
@@ -40,8 +37,9 @@ import torch
 from services.evaluator import tensorfile
 from services.evaluator.correctness import unmatchable
 from services.evaluator.cutedsl import CompileFailed, CuteEntry
+from services.evaluator.entry import as_outputs, empty_outputs, load_entry, load_module
 from services.evaluator.guards import Guard, snapshot
-from services.evaluator.inputs import NOT_REPRODUCED, InputError, digest, make_inputs, regenerable, torch_dtype
+from services.evaluator.inputs import NOT_REPRODUCED, InputError, digest, make_inputs, regenerable
 from services.evaluator.spares import READY_FILE
 from services.evaluator.timing import TimingPlan, sm_clock_mhz, synchronize, time_runs
 from shared.schema import Definition, Workload
@@ -126,7 +124,7 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
                   device: torch.device, state: dict) -> dict[str, Any]:
     if "module" not in state:
         try:
-            state["module"] = _load_module("reference", definition.reference, {}, "<reference>")
+            state["module"] = load_module("reference", definition.reference, {}, "<reference>")
         except Exception:
             state["module"] = None
             state["error"] = "loading the reference failed:\n" + _traceback()
@@ -207,7 +205,7 @@ def _reference_set(job: dict, definition: Definition, workload: Workload, index:
             sets.append((seed, digest(inputs)))
     try:
         with torch.no_grad():
-            outputs = _as_outputs(definition, reference.run(*inputs.values()))
+            outputs = as_outputs(definition, reference.run(*inputs.values()))
         synchronize(device)
     except Exception:
         raise _SetFailed("INVALID_REFERENCE", "the reference raised:\n" + _traceback()) from None
@@ -241,7 +239,7 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
             guard = state["guard"] = Guard()  # before the solution's code runs at all
             # The verdict's own path, bound before the solution may rebind this module's names.
             state["verdict"] = (_enforce, guard.check, guard.check_inputs, guard.check_outputs, guard.check_call)
-            state["entry"] = _load_entry(job)
+            state["entry"] = load_entry(job)
             state["verdict"][0](state["verdict"][1]())
         enforce, check, check_inputs, check_outputs, check_call = state["verdict"]
         entry = state["entry"]
@@ -268,7 +266,7 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
             NaN. Timed run i has set i to itself; an address used before holds other values now."""
             source = timed[i] if i >= 0 else warm
             fresh = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in source.items()}
-            staged[:] = [(fresh, _empty_outputs(definition, axes, device))]
+            staged[:] = [(fresh, empty_outputs(definition, axes, device))]
 
         def run(i: int) -> None:
             inputs, buffers = staged[-1]
@@ -347,7 +345,7 @@ def _enforce(violation: str | None) -> None:
 
 def _call(entry, definition: Definition, axes: dict[str, int], inputs: dict[str, Any], dps: bool,
           device: torch.device) -> dict[str, Any]:
-    buffers = _empty_outputs(definition, axes, device)
+    buffers = empty_outputs(definition, axes, device)
     outputs = _invoke(entry, inputs, buffers, dps, definition)
     synchronize(device)
     return outputs
@@ -358,87 +356,7 @@ def _invoke(entry, inputs: dict[str, Any], buffers: dict[str, torch.Tensor], dps
     if dps:
         entry(*inputs.values(), *buffers.values())
         return buffers
-    return _as_outputs(definition, entry(*inputs.values()))
-
-
-def _empty_outputs(definition: Definition, axes: dict[str, int], device: torch.device) -> dict[str, torch.Tensor]:
-    """Outputs pre-filled so that an element the kernel never writes fails the check."""
-    buffers = {}
-    for name, spec in definition.outputs.items():
-        shape = definition.shape_of(spec, axes)
-        if shape is None:
-            raise ValueError(f"output `{name}` is a scalar: use destination_passing_style=false")
-        dtype = torch_dtype(spec.dtype)
-        if dtype.is_floating_point and dtype.itemsize >= 2:
-            buffers[name] = torch.full(shape, float("nan"), dtype=dtype, device=device)
-        elif dtype == torch.bool:
-            buffers[name] = torch.zeros(shape, dtype=dtype, device=device)
-        elif dtype.is_floating_point or dtype.itemsize == 1:
-            buffers[name] = torch.full(shape, 0x7F, dtype=torch.uint8, device=device).view(dtype)
-        else:
-            buffers[name] = torch.full(shape, torch.iinfo(dtype).min, dtype=dtype, device=device)
-    return buffers
-
-
-def _as_outputs(definition: Definition, returned: Any) -> dict[str, Any]:
-    names = list(definition.outputs)
-    if isinstance(returned, dict):
-        return {n: returned.get(n) for n in names}
-    if not isinstance(returned, (tuple, list)):
-        returned = (returned,)
-    if len(returned) != len(names):
-        raise ValueError(f"returned {len(returned)} outputs, the definition has {len(names)} ({names})")
-    return dict(zip(names, returned))
-
-
-def _load_entry(job: dict):
-    source_dir = Path(job["solution_dir"])
-    if job.get("extension_path"):
-        return _extension_entry(Path(job["extension_path"]), job["entry_symbol"])
-    path = source_dir / job["entry_file"]
-    sys.path.insert(0, str(source_dir))
-    module = _load_module("solution_entry", path.read_text(), job["tunables"], str(path))
-    entry = getattr(module, job["entry_symbol"], None)
-    if not callable(entry):
-        raise AttributeError(f"{job['entry_file']} defines no callable `{job['entry_symbol']}`")
-    if job.get("cubin_path"):
-        return _with_kernels(entry, Path(job["cubin_path"]), torch.device(job["device"]))
-    if job.get("language") == "cute_dsl":
-        return CuteEntry(entry)
-    return entry
-
-
-def _extension_entry(library: Path, symbol: str):
-    """Language `cuda_cpp`: the entry is a function of the built extension module."""
-    loader = importlib.machinery.ExtensionFileLoader(library.stem, str(library))
-    spec = importlib.util.spec_from_loader(library.stem, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    entry = getattr(module, symbol, None)
-    if not callable(entry):
-        raise AttributeError(f"the extension defines no function `{symbol}` (bind it with "
-                             f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def(\"{symbol}\", ...); }})")
-    return entry
-
-
-def _with_kernels(entry, cubin_path: Path, device: torch.device):
-    """Language `cuda`: the entry gets `kernels=`; torch's current stream becomes the launcher's."""
-    from services.evaluator.launch import Kernels
-
-    kernels = Kernels(cubin_path.read_bytes(), device)
-    torch.cuda.set_stream(torch.cuda.ExternalStream(kernels.stream().handle, device=device))
-    return functools.partial(entry, kernels=kernels)
-
-
-def _load_module(name: str, source: str, constants: dict[str, Any], filename: str) -> ModuleType:
-    """Execute `source` as a module whose globals start with the tunable `constants`."""
-    spec = importlib.util.spec_from_loader(name, loader=None)
-    module = importlib.util.module_from_spec(spec)
-    module.__dict__.update(constants)
-    module.__file__ = filename
-    sys.modules[name] = module
-    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 - running it is the point
-    return module
+    return as_outputs(definition, entry(*inputs.values()))
 
 
 def _plan(job: dict) -> TimingPlan:

@@ -23,6 +23,7 @@ import torch
 
 from services.evaluator import tensorfile
 from services.evaluator.build import Build, build_solution
+from services.evaluator.checks import check_sets, reference_failed, timed_runs
 from services.evaluator.correctness import Check, compare
 from services.evaluator.inputs import NOT_REPRODUCED
 from services.evaluator.nvcc import BuildCache, arch_for
@@ -203,7 +204,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
             outcomes.append(None)
             runnable.append(index)
         else:
-            outcomes.append(_reference_failed(problem, config, result["message"]))
+            outcomes.append(_Outcome(*reference_failed(problem, _check_device(config), result["message"])))
     ref_results = reference.results([w.uuid for w in workloads], "the reference")
     compiled = {w.uuid: r.get("compile_ms") for w, r in zip(workloads, ref_results)
                 if "compile_ms" in r or "compile_error" in r}  # None: torch.compile failed on it
@@ -238,8 +239,8 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         if result["status"] != "OK":
             outcomes[index] = _Outcome(_candidate_status(result["status"]), result["message"])
             continue
-        check = _check_sets(problem, workloads[index], index, config, dirs, expected, device,
-                            _timed_runs(result, ref_results[index]["timed_sets"]))
+        check = check_sets(problem, workloads[index], index, config.correctness_rounds, dirs["outputs"], expected,
+                           device, timed_runs(result, ref_results[index]["timed_sets"]))
         latency, eager = result["latency"]["median_ms"], ref_results[index]["latency"]["median_ms"]
         verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, latency, eager,
                                  known_compile.get(workloads[index].uuid)) if check.status is Status.PASSED else None
@@ -249,25 +250,6 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         outcomes[index] = _Outcome(check.status, check.message, check, latency, eager, Timing(**result["latency"]),
                                    verdict.sol if verdict else None)
     return outcomes, compiled
-
-
-FP4_DTYPES = {"float4_e2m1", "float4_e2m1fn_x2"}
-
-
-def _reference_failed(problem: Problem, config: EvalConfig, message: str) -> _Outcome:
-    """A reference that fails is INVALID_REFERENCE, unless the problem is NVFP4 and this device
-    cannot run FP4 (before sm_100, or a CPU): then no solution can be judged here, and the
-    attempt is UNSUPPORTED on this hardware rather than held against the problem."""
-    tensors = [*problem.definition.inputs.values(), *problem.definition.outputs.values()]
-    if any(t.dtype.value in FP4_DTYPES for t in tensors):
-        device = _check_device(config)
-        capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
-        if capability is None or capability < (10, 0):
-            where = f"sm_{capability[0]}{capability[1]}" if capability else "the CPU"
-            return _Outcome(Status.UNSUPPORTED, f"the problem uses NVFP4 (FP4 tensors), which needs an sm_100 "
-                                                f"or newer GPU; this evaluator runs on {where}, where its "
-                                                f"reference failed:\n{message}")
-    return _Outcome(Status.INVALID_REFERENCE, message)
 
 
 def _candidate_status(reported: str) -> Status:
@@ -349,45 +331,6 @@ def _hand_over(home: Path, inputs: Path, outputs: Path) -> None:
     for folder in (home, outputs):
         for path in (folder, *folder.rglob("*")):
             os.chown(path, *ids)
-
-
-def _timed_runs(result: dict[str, Any], timed_sets: int) -> int:
-    """The timed runs the candidate reports (each on its own input set, each to be checked); a
-    count that its sets cannot account for is -1, which fails the check."""
-    runs = result.get("latency", {}).get("runs")
-    return runs if isinstance(runs, int) and 1 <= runs <= timed_sets else -1
-
-
-def _check_sets(problem: Problem, workload: Workload, index: int, config: EvalConfig, dirs: dict[str, Path],
-                expected_sets: dict[str, dict[str, Any]], device: torch.device, timed_runs: int) -> Check:
-    """Every correctness round and the outputs of every timed run (each had its own input set),
-    every output tensor."""
-    if timed_runs < 0:
-        return Check(Status.REWARD_HACK, "the solution's timing reported a count of timed runs that its "
-                                         "timed input sets cannot account for (a forged result)")
-    tolerance = workload.effective_tolerance
-    worst_abs = worst_rel = 0.0
-    ratio = 1.0
-    for s in range(config.correctness_rounds + timed_runs):
-        expected = expected_sets[f"w{index}_s{s}"]
-        path = dirs["outputs"] / f"w{index}_s{s}.st"
-        phase = "correctness round" if s < config.correctness_rounds else "timed run on input set"
-        if not path.exists():
-            return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for {phase} {s}")
-        try:
-            actual = tensorfile.load(path, device)
-        except Exception as error:  # the file is the candidate's: unreadable means it was tampered with
-            return Check(Status.RUNTIME_ERROR, f"the outputs of input set {s} are unreadable: {error}")
-        for name in problem.definition.outputs:
-            want = expected[name].to(device) if isinstance(expected[name], torch.Tensor) else expected[name]
-            check = compare(name, actual.get(name), want, tolerance)
-            if check.status is not Status.PASSED:
-                return Check(check.status, f"{phase} {s}: {check.message}", check.max_absolute_error,
-                             check.max_relative_error, check.matched_ratio)
-            worst_abs = max(worst_abs, check.max_absolute_error)
-            worst_rel = max(worst_rel, check.max_relative_error)
-            ratio = min(ratio, check.matched_ratio)
-    return Check(Status.PASSED, "", worst_abs, worst_rel, ratio)
 
 
 def _trace(problem: Problem, solution: Solution, workload: Workload, outcome: _Outcome, config: EvalConfig,

@@ -35,14 +35,14 @@ from typing import Any
 import torch
 
 HARNESS = ("services.evaluator.child", "services.evaluator.timing", "services.evaluator.guards",
-           "services.evaluator.tensorfile", "services.evaluator.inputs")
+           "services.evaluator.tensorfile", "services.evaluator.inputs", "services.evaluator.entry")
 KEPT_MODULES = (*HARNESS, "time", "statistics", "json", "math", "os", "gc", "threading", "torch", "builtins",
                 "safetensors", "safetensors.torch", "pathlib")
 _MISSING = object()
 
 
 def _watched() -> list[tuple[Any, str]]:
-    from services.evaluator import child, tensorfile, timing
+    from services.evaluator import child, entry, tensorfile, timing
 
     watched: list[tuple[Any, str]] = [
         (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
@@ -55,8 +55,8 @@ def _watched() -> list[tuple[Any, str]]:
     watched += [(timing._GpuClock, name) for name in ("__init__", "time", "latency")]
     watched += [(timing.CuptiRecorder, name) for name in ("start", "stop_span_ms", "_buffer_completed")]
     watched += [(torch.cuda, "_sleep"), (torch.Tensor, "fill_")]
-    watched += [(child, name) for name in ("_invoke", "_call", "_write_json", "_empty_outputs",
-                                           "run_candidate", "_as_outputs")]
+    watched += [(child, name) for name in ("_invoke", "_call", "_write_json", "run_candidate")]
+    watched += [(entry, name) for name in ("empty_outputs", "as_outputs")]
     from services.evaluator import guards
 
     watched += [(guards.Guard, name) for name in ("check", "check_inputs", "check_outputs", "check_call")]

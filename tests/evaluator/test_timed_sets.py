@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from evalkit import FAST, make_solution
-from services.evaluator.evaluate import _timed_runs, evaluate
+from services.evaluator.checks import timed_runs
+from services.evaluator.evaluate import evaluate
 from shared.schema import Problem, Status
 
 # Logs a key of the input values of every call, in call order, per workload (by shape).
@@ -54,6 +55,6 @@ def test_the_memory_cap_leaves_timing_sets_runs(affine: Problem, tmp_path: Path)
 
 
 def test_a_run_count_its_sets_cannot_account_for_fails() -> None:
-    assert _timed_runs({"latency": {"runs": 3}}, 3) == 3
-    assert [_timed_runs({"latency": {"runs": r}}, 3) for r in (0, 4, 2.5, "3", None)] == [-1] * 5
-    assert _timed_runs({}, 3) == -1
+    assert timed_runs({"latency": {"runs": 3}}, 3) == 3
+    assert [timed_runs({"latency": {"runs": r}}, 3) for r in (0, 4, 2.5, "3", None)] == [-1] * 5
+    assert timed_runs({}, 3) == -1

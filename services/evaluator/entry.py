@@ -1,0 +1,101 @@
+"""What the candidate's harness needs of a solution and of a definition's outputs: the solution's
+entry loaded for its language, output buffers pre-filled so that an unwritten element fails, and
+what an entry returned named as the definition's outputs. Part of the harness the guards watch
+(`guards.HARNESS`): nothing here may be rebound while a solution runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from services.evaluator.cutedsl import CuteEntry
+from services.evaluator.inputs import torch_dtype
+from shared.schema import Definition
+
+
+def empty_outputs(definition: Definition, axes: dict[str, int], device: torch.device) -> dict[str, torch.Tensor]:
+    """Outputs pre-filled so that an element the kernel never writes fails the check."""
+    buffers = {}
+    for name, spec in definition.outputs.items():
+        shape = definition.shape_of(spec, axes)
+        if shape is None:
+            raise ValueError(f"output `{name}` is a scalar: use destination_passing_style=false")
+        dtype = torch_dtype(spec.dtype)
+        if dtype.is_floating_point and dtype.itemsize >= 2:
+            buffers[name] = torch.full(shape, float("nan"), dtype=dtype, device=device)
+        elif dtype == torch.bool:
+            buffers[name] = torch.zeros(shape, dtype=dtype, device=device)
+        elif dtype.is_floating_point or dtype.itemsize == 1:
+            buffers[name] = torch.full(shape, 0x7F, dtype=torch.uint8, device=device).view(dtype)
+        else:
+            buffers[name] = torch.full(shape, torch.iinfo(dtype).min, dtype=dtype, device=device)
+    return buffers
+
+
+def as_outputs(definition: Definition, returned: Any) -> dict[str, Any]:
+    names = list(definition.outputs)
+    if isinstance(returned, dict):
+        return {n: returned.get(n) for n in names}
+    if not isinstance(returned, (tuple, list)):
+        returned = (returned,)
+    if len(returned) != len(names):
+        raise ValueError(f"returned {len(returned)} outputs, the definition has {len(names)} ({names})")
+    return dict(zip(names, returned))
+
+
+def load_entry(job: dict):
+    source_dir = Path(job["solution_dir"])
+    if job.get("extension_path"):
+        return _extension_entry(Path(job["extension_path"]), job["entry_symbol"])
+    path = source_dir / job["entry_file"]
+    sys.path.insert(0, str(source_dir))
+    module = load_module("solution_entry", path.read_text(), job["tunables"], str(path))
+    entry = getattr(module, job["entry_symbol"], None)
+    if not callable(entry):
+        raise AttributeError(f"{job['entry_file']} defines no callable `{job['entry_symbol']}`")
+    if job.get("cubin_path"):
+        return _with_kernels(entry, Path(job["cubin_path"]), torch.device(job["device"]))
+    if job.get("language") == "cute_dsl":
+        return CuteEntry(entry)
+    return entry
+
+
+def _extension_entry(library: Path, symbol: str):
+    """Language `cuda_cpp`: the entry is a function of the built extension module."""
+    loader = importlib.machinery.ExtensionFileLoader(library.stem, str(library))
+    spec = importlib.util.spec_from_loader(library.stem, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    entry = getattr(module, symbol, None)
+    if not callable(entry):
+        raise AttributeError(f"the extension defines no function `{symbol}` (bind it with "
+                             f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def(\"{symbol}\", ...); }})")
+    return entry
+
+
+def _with_kernels(entry, cubin_path: Path, device: torch.device):
+    """Language `cuda`: the entry gets `kernels=`; torch's current stream becomes the launcher's."""
+    from services.evaluator.launch import Kernels
+
+    kernels = Kernels(cubin_path.read_bytes(), device)
+    torch.cuda.set_stream(torch.cuda.ExternalStream(kernels.stream().handle, device=device))
+    return functools.partial(entry, kernels=kernels)
+
+
+def load_module(name: str, source: str, constants: dict[str, Any], filename: str) -> ModuleType:
+    """Execute `source` as a module whose globals start with the tunable `constants`."""
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(constants)
+    module.__file__ = filename
+    sys.modules[name] = module
+    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 - running it is the point
+    return module
