@@ -13,6 +13,13 @@ Two roles, two separate processes, neither of which is the evaluator itself:
   fresh copy of an input set of its own and into fresh NaN-filled outputs. It never sees the
   attempt's secret or the expected outputs; a set's seed gives it only that set's values.
 
+Both time each workload's timed batch inside a window of the evaluator's own clock where it is on
+(`outer_clock`: `ready` after the correctness rounds and the warm-up, `end` once the timed
+outputs are saved). The timed sets reach the candidate only at the window's `go`: their seeds in
+that message, or their files moved into its inputs folder then; before, it has only the
+correctness rounds'. The reference makes its timed sets inside its window too, so that its window
+less its own calls calibrates the batch's overhead.
+
 Each role writes `result.json` after every workload, so a crash or a timeout keeps what was
 done. The parent owns every verdict; the child only reports what happened.
 """
@@ -40,6 +47,7 @@ from services.evaluator.cutedsl import CompileFailed, CuteEntry
 from services.evaluator.entry import as_outputs, empty_outputs, load_entry, load_module
 from services.evaluator.guards import Guard, snapshot
 from services.evaluator.inputs import NOT_REPRODUCED, InputError, digest, make_inputs, regenerable
+from services.evaluator.outer_clock import HarnessClock
 from services.evaluator.spares import READY_FILE
 from services.evaluator.timing import TimingPlan, sm_clock_mhz, synchronize, time_runs
 from shared.schema import Definition, Workload
@@ -68,11 +76,11 @@ def main(argv: list[str]) -> int:
     results: list[dict[str, Any]] = []
     untrusted = job["role"] == "candidate"
     run = run_candidate if untrusted else run_reference
-    state: dict[str, Any] = {}
+    state: dict[str, Any] = {"clock": HarnessClock.from_job(job)}  # before the solution loads
     try:
         for index, workload in zip(job["indices"], workloads):
             results.append({"uuid": workload.uuid, **run(job, definition, workload, index, device, state)})
-            _write_json(result_path, {"workloads": results, "phases": PHASES})
+            _write_json(result_path, {"workloads": results, "phases": {k: round(v, 4) for k, v in PHASES.items()}})
     except BaseException:  # the solution's SystemExit, say: still no exit handler of its own runs
         if not untrusted:
             raise
@@ -92,15 +100,22 @@ def _exit_now(code: int, _exit=os._exit) -> None:
 
 
 PHASES: dict[str, float] = {}  # seconds spent per phase, reported beside the results (diagnostics)
+_ACTIVE: list[list[float]] = []  # [began, seconds in the phases inside it] per phase entered
 
 
 @contextlib.contextmanager
 def _phase(name: str):
-    began = time.perf_counter()
+    """A phase's own seconds: those of the phases entered inside it are theirs."""
+    frame = [time.perf_counter(), 0.0]
+    _ACTIVE.append(frame)
     try:
         yield
     finally:
-        PHASES[name] = round(PHASES.get(name, 0.0) + time.perf_counter() - began, 4)
+        _ACTIVE.pop()
+        spent = time.perf_counter() - frame[0]
+        PHASES[name] = PHASES.get(name, 0.0) + spent - frame[1]
+        if _ACTIVE:
+            _ACTIVE[-1][1] += spent
 
 
 def set_seed(secret: int, workload: int, input_set: int) -> int:
@@ -134,15 +149,28 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
     rounds = job["correctness_rounds"]
     # (seed, digest) per set where the candidate makes the sets again; None: they travel as files
     sets: list[tuple[int, list]] | None = [] if job.get("regenerate_inputs") and regenerable(workload) else None
+    batch: dict[str, Any] = {}
+
+    def begin() -> None:
+        """The timed sets, made inside the outer clock's window as the candidate's are; the
+        reference's own calls there are its work, the rest calibrates the candidate's overhead."""
+        if state["clock"] is not None:
+            state["clock"].ready(workload.uuid)
+        work_s = PHASES.get("reference", 0.0)
+        batch["inputs"], batch["sets"] = _timed_sets(job, definition, workload, index, device, reference, sets)
+        batch["work_ms"] = (PHASES.get("reference", 0.0) - work_s) * 1e3
+
     try:
         for s in range(rounds):
-            _reference_set(job, definition, workload, index, s, device, reference, sets)
-        timing_inputs, timed_sets = _timed_sets(job, definition, workload, index, device, reference, sets)
+            warm, _ = _reference_set(job, definition, workload, index, s, device, reference, sets)
+        with torch.no_grad(), _phase("timing"):  # warm-up on the last correctness round, as the candidate
+            latency = time_runs(lambda i: reference.run(*(batch["inputs"] if i >= 0 else warm).values()),
+                                device, _plan(job), begin=begin)
     except _SetFailed as failed:
         return {"status": failed.status, "message": failed.message}
-    with torch.no_grad():
-        with _phase("timing"):
-            latency = time_runs(lambda i: reference.run(*timing_inputs.values()), device, _plan(job))
+    timing_inputs, timed_sets = batch["inputs"], batch["sets"]
+    if state["clock"] is not None:
+        state["clock"].end(workload.uuid, timed_sets, batch["work_ms"] + latency.total_ms, latency.median_ms)
     result: dict[str, Any] = {"status": "OK", "latency": latency.as_dict(), "timed_sets": timed_sets}
     if sets is not None:  # for the candidate's job: it makes these sets again
         result.update(set_seeds=[seed for seed, _ in sets], set_digests=[made for _, made in sets])
@@ -197,16 +225,17 @@ def _reference_set(job: dict, definition: Definition, workload: Workload, index:
         raise _SetFailed("INPUT_ERROR", str(error)) from None
     except Exception:
         raise _SetFailed("INVALID_REFERENCE", "making inputs failed:\n" + _traceback()) from None
-    if sets is None:
+    if sets is None:  # a timed set's file hidden until the outer clock's `go`, where the clock is on
+        folder = job.get("timed_dir") if s >= job["correctness_rounds"] else None
         with _phase("save"):
-            tensorfile.save(inputs, Path(job["inputs_dir"]) / f"w{index}_s{s}.st")
+            tensorfile.save(inputs, Path(folder or job["inputs_dir"]) / f"w{index}_s{s}.st")
     else:
         with _phase("digest"):  # before the reference runs, as the file was saved before it
             sets.append((seed, digest(inputs)))
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _phase("reference"):
             outputs = as_outputs(definition, reference.run(*inputs.values()))
-        synchronize(device)
+            synchronize(device)
     except Exception:
         raise _SetFailed("INVALID_REFERENCE", "the reference raised:\n" + _traceback()) from None
     problem = unmatchable(outputs, workload.effective_tolerance)
@@ -255,8 +284,19 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
             enforce(check() or check_inputs(before, inputs) or check_outputs(outputs))
             with _phase("save"):
                 tensorfile.save(outputs, outputs_dir / f"w{index}_s{s}.st")
-        timed = [_input_set(job, definition, workload, index, rounds + t, device) for t in range(timed_sets)]
-        timed_before = [snapshot(t) for t in timed]  # the sources of every timed copy stay as they came
+        timed: list[dict[str, Any]] = []
+        timed_before: list[Any] = []  # the sources of every timed copy stay as they came
+        clock = state["clock"]
+
+        def hand_over() -> None:
+            """The timed sets, once the outer clock said `go` (its seeds arrive with it) where it is on."""
+            if clock is not None:
+                _take_timed_seeds(job, index, clock.ready(workload.uuid))
+            timed[:] = [_input_set(job, definition, workload, index, rounds + t, device) for t in range(timed_sets)]
+            timed_before[:] = [snapshot(t) for t in timed]
+
+        if clock is None:
+            hand_over()
         warm = inputs  # the warm-up runs repeat the last correctness round: no timed set is seen before its run
         staged: list[tuple[dict[str, Any], dict[str, torch.Tensor]]] = []
         last: dict[int, dict[str, Any]] = {}
@@ -279,15 +319,17 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
                                    warmup_runs=job["warmup_runs"] if warm is not None else 0)
         clock_before = sm_clock_mhz(device)
         with _phase("timing"):
-            latency = time_runs(run, device, plan, prepare)
+            latency = time_runs(run, device, plan, prepare, hand_over if clock is not None else None)
         clock_after = sm_clock_mhz(device)
-        enforce(check())
-        for before, after in zip(timed_before, timed):
-            enforce(check_inputs(before, after))
-        for t, outputs in last.items():
+        for t, outputs in last.items():  # inside the outer clock's window: the outputs exist at `end`
             enforce(check_outputs(outputs))
             with _phase("save"):
                 tensorfile.save(outputs, outputs_dir / f"w{index}_s{rounds + t}.st")
+        if clock is not None:
+            clock.end(workload.uuid, latency.runs, latency.total_ms, latency.median_ms)
+        enforce(check())
+        for before, after in zip(timed_before, timed):
+            enforce(check_inputs(before, after))
     except HackDetected as hack:
         return {"status": "REWARD_HACK", "message": str(hack)}
     except _NotReproduced as differs:  # the solution's doing where the guard sees why
@@ -336,6 +378,14 @@ def _input_set(job: dict, definition: Definition, workload: Workload, index: int
                              f"solution's fault: the workload's inputs do not come out the same from the same "
                              f"seed in two processes on this device")
     return inputs
+
+
+def _take_timed_seeds(job: dict, index: int, go: dict[str, Any]) -> None:
+    """The timed sets' seeds and digests, which the outer clock's `go` carries (None: files)."""
+    k = job["indices"].index(index)
+    if go.get("set_seeds") is not None:
+        job["set_seeds"][k] = [*job["set_seeds"][k], *go["set_seeds"]]
+        job["set_digests"][k] = [*job["set_digests"][k], *go["set_digests"]]
 
 
 def _enforce(violation: str | None) -> None:

@@ -2,32 +2,33 @@
 
 The input sets of a workload of random and scalar inputs reach the candidate as each set's seed
 (with the digest the reference took of it), and the candidate makes them again; other workloads'
-sets, and the expected and the candidate's outputs, go through files in the attempt folder."""
+sets, and the expected and the candidate's outputs, go through files in the attempt folder.
+Where the outer clock is on (`EvalConfig.outer_clock`), this process also times each child's timed
+batch per workload on its own clock and hands the timed sets over only when that window opens
+(`outer_clock`, `children`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
 import math
-import os
 import secrets
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from services.evaluator import tensorfile
 from services.evaluator.build import Build, build_solution
 from services.evaluator.checks import check_sets, reference_failed, timed_runs
+from services.evaluator.children import run_child
 from services.evaluator.correctness import Check, compare
 from services.evaluator.inputs import NOT_REPRODUCED
 from services.evaluator.nvcc import BuildCache, arch_for
-from services.evaluator.sandbox import StartedChild, finish_child, start_child, unprivileged_ids
+from services.evaluator.outer_clock import timed_hand_over
+from services.evaluator.sandbox import StartedChild, start_child
 from services.evaluator.spares import HOMES, SPARE_READY_S, Spare, Spares, discard
 from services.evaluator.score import hardware_for, score_workload
 from services.evaluator.scratch import make_folder, sweep_folders
@@ -40,7 +41,6 @@ from shared.schema import (
 from shared.settings import Settings
 from shared.sol import problem_score
 
-log = logging.getLogger(__name__)
 CHILD = ["-m", "services.evaluator.child"]
 
 
@@ -68,10 +68,19 @@ class EvalConfig:
     # None: on a GPU only, where drawing a set takes milliseconds; on a CPU, mapping a file from
     # /dev/shm is faster than drawing it again (12 workloads: 8.5 s with files, 10.2 s drawn).
     regenerate_inputs: bool | None = None
+    # The evaluator times each workload's timed batch itself (`outer_clock`): a window on its own
+    # clock that the candidate's process cannot write, the timed sets handed over only at its start.
+    # None: on a CPU only. Off on CUDA until validated on a GPU (the GPU timer's flush and spin sit
+    # inside the window; the thresholds were measured on a CPU only, 2026-12-03).
+    outer_clock: bool | None = None
 
     @property
     def regenerates_inputs(self) -> bool:
         return self.regenerate_inputs if self.regenerate_inputs is not None else self.device.startswith("cuda")
+
+    @property
+    def uses_outer_clock(self) -> bool:
+        return self.outer_clock if self.outer_clock is not None else not self.device.startswith("cuda")
 
     @classmethod
     def from_settings(cls, settings: Settings, device: str | None = None,
@@ -149,6 +158,9 @@ class _Children:
             root = make_folder("att", scratch)
         self.root = root
         self.dirs = {n: root / n for n in ("ref", "expected", "inputs", "cand", "outputs", "solution")}
+        # The timed sets' files until the outer clock's `go`: the evaluator's only (0700), under a
+        # name the candidate is not told (all it has where it runs as the evaluator's user).
+        self.dirs["timed"] = root / f".t{secrets.token_hex(8)}"
         if "reference" in self.spares:
             self.dirs["ref"] = self.spares["reference"].root / HOMES["reference"]
         for path in self.dirs.values():
@@ -191,8 +203,10 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     say(f"reference on {len(workloads)} workloads")
     # Spares wait until both have warmed up, so that neither's start overlaps the other's timing.
     children.wait_ready()
-    reference = _child(dirs["ref"], config, lambda: children.started("reference"), dict(
+    clock = config.uses_outer_clock
+    reference = run_child(dirs["ref"], config, lambda: children.started("reference"), dict(
         common, role="reference", seed=secrets.randbits(48), expected_dir=str(dirs["expected"]),
+        timed_dir=str(dirs["timed"]) if clock else None,
         measure_compile=config.measure_compile,
         problem_root=str(problem.root) if problem.root else None,
         workloads=[w.model_dump(mode="json") for w in workloads], indices=list(range(len(workloads)))))
@@ -217,7 +231,10 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     shutil.rmtree(dirs["expected"])
     shutil.rmtree(dirs["ref"])
     say(f"candidate on {len(runnable)} workloads")
-    candidate = _child(dirs["cand"], config, lambda: children.started("candidate"), dict(
+    rounds = config.correctness_rounds
+    timed = {workloads[i].uuid: (i, ref_results[i]) for i in runnable}
+    hand_over = timed_hand_over(dirs["timed"], dirs["inputs"], rounds, timed)
+    candidate = run_child(dirs["cand"], config, lambda: children.started("candidate"), dict(
         common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
         entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
         language=solution.spec.language.value,
@@ -227,9 +244,11 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable,
         timed_sets=[ref_results[i]["timed_sets"] for i in runnable],
         # Each set's own seed, not the secret it was hashed from: it gives the set's values, which
-        # the candidate gets anyway. None: the workload's sets are files in `inputs_dir`.
-        set_seeds=[ref_results[i].get("set_seeds") for i in runnable],
-        set_digests=[ref_results[i].get("set_digests") for i in runnable]))
+        # the candidate gets anyway; with the outer clock, the timed sets' only at `go`. None: the
+        # workload's sets are files in `inputs_dir`.
+        set_seeds=[_given(ref_results[i].get("set_seeds"), rounds, clock) for i in runnable],
+        set_digests=[_given(ref_results[i].get("set_digests"), rounds, clock) for i in runnable]),
+        hand_over)
     sent = [workloads[i].uuid for i in runnable]
     children.phases["candidate"] = candidate.phases
     hardware = _hardware(config)
@@ -238,6 +257,10 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     for index, result in zip(runnable, candidate.results(sent, "the solution")):
         if result["status"] != "OK":
             outcomes[index] = _Outcome(_candidate_status(result["status"]), result["message"])
+            continue
+        forged = candidate.clock_verdict(reference, workloads[index].uuid, result, ref_results[index]["timed_sets"])
+        if forged:
+            outcomes[index] = _Outcome(Status.REWARD_HACK, forged)
             continue
         check = check_sets(problem, workloads[index], index, config.correctness_rounds, dirs["outputs"], expected,
                            device, timed_runs(result, ref_results[index]["timed_sets"]))
@@ -252,85 +275,17 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     return outcomes, compiled
 
 
+def _given(per_set: list | None, rounds: int, clock: bool) -> list | None:
+    """What the candidate's job holds of a workload's per-set seeds or digests: all, or only the
+    correctness rounds' where the outer clock hands over the timed sets' at `go`."""
+    return per_set[:rounds] if clock and per_set is not None else per_set
+
+
 def _candidate_status(reported: str) -> Status:
     """The candidate's statuses are the verdict's, but one: an input set it could not make again
     identically from its seed (with no tampering the guard sees) is the workload's doing, not the
     solution's: INVALID_REFERENCE, as when the reference's own process cannot make a set."""
     return Status.INVALID_REFERENCE if reported == NOT_REPRODUCED else Status(reported)
-
-
-@dataclass(frozen=True)
-class _ChildResults:
-    workloads: list[dict[str, Any]]
-    timed_out: bool
-    exit_code: int | None
-    log: str
-    timeout_s: float
-    stalled: bool = False
-    phases: dict[str, float] = field(default_factory=dict)  # the child's own account (diagnostics only)
-
-    def results(self, uuids: list[str], who: str) -> list[dict[str, Any]]:
-        """One result per workload sent, matched by UUID; those the child never reached get TIMEOUT
-        or RUNTIME_ERROR. Results that do not match what was sent mean the channel was forged."""
-        done = list(self.workloads)
-        if len(done) > len(uuids) or any(r.get("uuid") != u for r, u in zip(done, uuids)):
-            forged = {"status": "REWARD_HACK", "message": f"{who} reported results that do not match the "
-                                                          f"workloads sent (a forged result channel)"}
-            return [forged] * len(uuids)
-        if self.timed_out and self.stalled:
-            missing = {"status": "TIMEOUT", "message": f"{who} spent more than {self.timeout_s:.0f} s on one "
-                                                      f"workload and was killed"}
-        elif self.timed_out:
-            missing = {"status": "TIMEOUT", "message": f"{who} ran past {self.timeout_s:.0f} s and was killed"}
-        else:
-            missing = {"status": "RUNTIME_ERROR",
-                       "message": f"{who} exited with code {self.exit_code} before finishing:\n{self.log}"}
-        if len(done) == len(uuids):
-            return done
-        later = {"status": missing["status"], "message": f"not reached: {missing['message']}"}
-        return done + [missing] + [later] * (len(uuids) - len(done) - 1)
-
-
-def _child(home: Path, config: EvalConfig, start: Callable[[], StartedChild], job: dict[str, Any]) -> _ChildResults:
-    """Runs one role's job. The candidate's folders are handed over before its child starts: a
-    child forked at once would otherwise enter its home while it is still the evaluator's."""
-    result_path = home / "result.json"
-    job["result_path"] = str(result_path)
-    job_path = home / "job.json"
-    job_path.write_text(json.dumps(job))
-    untrusted = job["role"] == "candidate"
-    if untrusted:
-        _hand_over(home, Path(job["inputs_dir"]), Path(job["outputs_dir"]))
-    timeout_s = config.attempt_timeout_s if untrusted else max(config.attempt_timeout_s, config.reference_timeout_s)
-    stall_s = config.workload_timeout_s if untrusted else None
-    run = finish_child(start(), str(job_path), timeout_s, result_path, stall_s)
-    phases: dict[str, float] = {}
-    try:
-        reported = json.loads(result_path.read_text()) if result_path.exists() else {"workloads": []}
-        workloads = reported["workloads"]
-        phases = {str(k): float(v) for k, v in reported.get("phases", {}).items()}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        workloads = [{"uuid": None}]  # a result file that is not ours: counted as forged below
-    if run.exit_code not in (0, None) or run.timed_out:
-        log.info("child %s exited %s timed_out=%s stalled=%s", job["role"], run.exit_code, run.timed_out,
-                 run.stalled)
-    return _ChildResults(workloads, run.timed_out, run.exit_code, run.log, stall_s if run.stalled else timeout_s,
-                         run.stalled, phases)
-
-
-def _hand_over(home: Path, inputs: Path, outputs: Path) -> None:
-    """When the candidate runs as an unprivileged user: its home and output folder become its own,
-    the inputs readable, the attempt folder traversable but not listable. Nothing else is shared."""
-    ids = unprivileged_ids()
-    if ids is None:
-        return
-    home.parent.chmod(0o711)
-    inputs.chmod(0o755)
-    for path in inputs.iterdir():
-        path.chmod(0o644)
-    for folder in (home, outputs):
-        for path in (folder, *folder.rglob("*")):
-            os.chown(path, *ids)
 
 
 def _trace(problem: Problem, solution: Solution, workload: Workload, outcome: _Outcome, config: EvalConfig,

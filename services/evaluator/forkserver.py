@@ -6,9 +6,10 @@ child, and asks it over a socket pair, one request at a time:
 
 - `start`: fork a child. The child makes its own session, is confined exactly as one started with
   `exec` would be (`sandbox._confine`: limits, subreaper, network namespace, `nobody`, parent-death
-  signal), moves to its home, takes the pipe the evaluator passed (SCM_RIGHTS) as stdin and its log
-  as stdout and stderr, closes every other descriptor (the control socket included), replaces its
-  environment, and runs `child.main` in place. The reply is its pid.
+  signal), moves to its home, takes the pipe the evaluator passed (SCM_RIGHTS) as stdin, the end of
+  the evaluator's private channel passed with it as descriptor `CLOCK_FD`, and its log as stdout and
+  stderr, closes every other descriptor (the control socket included), replaces its environment,
+  and runs `child.main` in place. The reply is its pid.
 - `poll`: reap that child if it has exited; the reply is its exit status as `Popen.returncode`
   reports it (negative: the signal), or null while it runs.
 
@@ -40,7 +41,8 @@ from typing import Any
 from shared.process import PR_SET_CHILD_SUBREAPER, children_of, libc
 
 HEADER = struct.Struct("!I")
-MAX_FDS = 1
+MAX_FDS = 2
+CLOCK_FD = 3  # where a forked child holds its end of the evaluator's private channel
 
 
 def _send(sock: socket.socket, message: dict[str, Any], fds: list[int] | None = None) -> None:
@@ -98,9 +100,10 @@ def serve(control_fd: int) -> None:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _become_child(request, fds[0], lambda: _confine(
+                _become_child(request, fds, lambda: _confine(
                     request["isolate"], tuple(request["ids"]) if request["ids"] else None, lib))
-            os.close(fds[0])
+            for fd in fds:
+                os.close(fd)
             live.add(pid)
             _send(control, {"pid": pid})
         elif request["op"] == "poll":
@@ -129,16 +132,17 @@ def _kill_strays(live: set[int]) -> None:
                 pass
 
 
-def _become_child(request: dict[str, Any], stdin_fd: int, confine) -> None:
-    """In the forked child; never returns."""
+def _become_child(request: dict[str, Any], fds: list[int], confine) -> None:
+    """In the forked child (`fds`: its stdin's pipe, its channel's end); never returns."""
     code = 1
     try:
         os.setsid()
-        os.dup2(stdin_fd, 0)
+        os.dup2(fds[0], 0)
+        os.dup2(fds[1], CLOCK_FD)
         log = os.open(request["log_path"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(log, 1)
         os.dup2(log, 2)
-        os.closerange(3, min(os.sysconf("SC_OPEN_MAX"), 65536))  # the control socket included
+        os.closerange(CLOCK_FD + 1, min(os.sysconf("SC_OPEN_MAX"), 65536))  # the control socket included
         confine()
         os.chdir(request["workdir"])
         os.environ.clear()
@@ -222,11 +226,13 @@ class ForkServer:
             return server
 
     def start(self, argv: list[str], workdir: Path, log_path: Path, env: dict[str, str], isolate: bool,
-              ids: tuple[int, int] | None) -> ForkedProcess:
+              ids: tuple[int, int] | None, channel: int) -> ForkedProcess:
+        """Fork a child; `channel` (a descriptor of this process) becomes its `CLOCK_FD`."""
         read_end, write_end = os.pipe()
         try:
             reply = self._call({"op": "start", "argv": argv, "workdir": str(workdir), "log_path": str(log_path),
-                                "env": env, "isolate": isolate, "ids": list(ids) if ids else None}, [read_end])
+                                "env": env, "isolate": isolate, "ids": list(ids) if ids else None},
+                               [read_end, channel])
         except BaseException:
             os.close(write_end)
             raise

@@ -20,6 +20,7 @@ import os
 import pwd
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.evaluator.forkserver import ForkServer, ServerGone
+from services.evaluator.forkserver import CLOCK_FD, ForkServer, ServerGone
 from shared.process import PR_SET_CHILD_SUBREAPER, die_with_parent, libc, set_parent_death_signal
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
@@ -101,16 +102,21 @@ def _world_usable(path: Path) -> bool:
 @dataclass
 class StartedChild:
     """A child started ahead of its job: it imports what it needs, then waits for one line on
-    stdin, the path of its job (`child.py`), and only then does anything the job asks."""
+    stdin, the path of its job (`child.py`), and only then does anything the job asks. `channel`
+    is the evaluator's end of a private socket pair whose other end the child holds as descriptor
+    `channel_fd` (the outer clock's, `outer_clock`)."""
     process: subprocess.Popen
     workdir: Path
     log_path: Path
+    channel: socket.socket
+    channel_fd: int
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def kill(self) -> None:
         _kill_group(self.process)
+        self.channel.close()
         if self.process.stdin is not None and not self.process.stdin.closed:
             try:
                 self.process.stdin.close()
@@ -125,13 +131,28 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
     are the caller's to hand over (`unprivileged_ids`). The evaluator's own child
     (`-m services.evaluator.child`) is forked by this process's fork server, with torch already
     imported (unless `fork_server` is False: KERNELSWARM_FORK_SERVER); where that server cannot run,
-    and for anything else, the child is a new interpreter."""
+    and for anything else, the child is a new interpreter. Either way it inherits one end of a
+    private socket pair (`StartedChild.channel`)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        process, channel_fd = _start(args, workdir, log_path, isolate, fork_server, theirs.fileno())
+        return StartedChild(process, workdir, log_path, ours, channel_fd)
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+
+
+def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_server: bool,
+           channel: int) -> tuple[subprocess.Popen, int]:
+    """The child's process and the number of its channel's descriptor."""
     ids = unprivileged_ids() if isolate else None
     if fork_server and args[:2] == ["-m", CHILD_MODULE]:
         try:
             server = ForkServer.get(scrubbed_env(Path(tempfile.gettempdir())), _start_server)
-            return StartedChild(server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids),
-                                workdir, log_path)
+            forked = server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids, channel)
+            return forked, CLOCK_FD
         except ServerGone:
             log.exception("no fork server: starting the child as a new interpreter")
     # Decided before the fork, per call (attempts may start children from several threads at once):
@@ -142,9 +163,9 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
         with open(log_path, "wb") as log_file:
             return subprocess.Popen([sys.executable, *args], cwd=workdir, env=scrubbed_env(workdir),
                                     stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=confine)
+                                    start_new_session=True, preexec_fn=confine, pass_fds=(channel,))
 
-    return StartedChild(_spawner().submit(spawn).result(), workdir, log_path)
+    return _spawner().submit(spawn).result(), channel  # pass_fds keeps its number
 
 
 def _start_server(argv: list[str], env: dict[str, str], control_fd: int) -> subprocess.Popen:

@@ -79,7 +79,7 @@ class Spares:
         root = make_folder(role[:3], self.scratch)
         (root / home).mkdir(mode=0o700)
         ids = unprivileged_ids() if role == "candidate" else None
-        if ids is not None:  # it starts as `nobody` in a home of its own (see evaluate._hand_over)
+        if ids is not None:  # it starts as `nobody` in a home of its own (see children.hand_over_folders)
             root.chmod(0o711)
             os.chown(root / home, *ids)
         child = start_child(["-m", "services.evaluator.child", "--wait", self.device], root / home,

@@ -11,7 +11,9 @@ the latency where CUPTI is absent. At least 50 runs are timed there. On the CPU,
 A time budget caps slow workloads (never fewer than 3 runs), and `plan.max_runs` caps every
 workload: the candidate has that many timed input sets, one per timed run.
 An optional `prepare(i)` runs before every iteration, outside the timed region (fresh inputs
-and outputs for the candidate). Warm-up runs get `i < 0`, timed runs `i = 0, 1, ...`.
+and outputs for the candidate). Warm-up runs get `i < 0`, timed runs `i = 0, 1, ...`. An optional
+`begin()` runs once between the warm-up and the first timed run: where the evaluator's outer clock
+is on, the child asks for its timed batch there (`outer_clock`), and the timed sets arrive then.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class Latency:
     runs: int
     clock: str = "perf_counter"  # "cupti" (device-wide), "events" (current stream) or "perf_counter"
     event_median_ms: float | None = None  # the events' own median, for comparison with CUPTI's
+    total_ms: float | None = None  # the sum of the timed runs' samples (for the outer clock, not the trace)
 
     def as_dict(self) -> dict[str, Any]:
         return {"median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "runs": self.runs,
@@ -71,9 +74,10 @@ def synchronize(device: torch.device) -> None:
 
 
 def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPlan,
-              prepare: Callable[[int], object] | None = None) -> Latency:
+              prepare: Callable[[int], object] | None = None, begin: Callable[[], object] | None = None) -> Latency:
     """Time `run(i)` (i = timed run number, negative for the warm-up runs, so that callers can
-    give every run its own input set); `prepare(i)`, if given, runs untimed just before `run(i)`."""
+    give every run its own input set); `prepare(i)`, if given, runs untimed just before `run(i)`;
+    `begin()`, if given, once after the warm-up."""
     launches: list[float] = []
     for i in range(-plan.warmup_runs, 0):
         if prepare is not None:
@@ -85,6 +89,8 @@ def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPl
         synchronize(device)
     # The host's launch time of one run, the first (lazy initialisation) left out.
     launch_s = statistics.median(launches[1:] or launches) if launches else 0.0
+    if begin is not None:
+        begin()
     if device.type != "cuda":
         return _time_on_host(run, plan, prepare)
     gpu = _GpuClock(device, launch_s)
@@ -110,7 +116,7 @@ def _time_on_host(run: Callable[[int], object], plan: TimingPlan,
         samples.append((time.perf_counter() - begin) * 1e3)
         if len(samples) >= MIN_RUNS and time.perf_counter() - started > plan.budget_s:
             break
-    return Latency(statistics.median(samples), min(samples), max(samples), len(samples))
+    return Latency(statistics.median(samples), min(samples), max(samples), len(samples), total_ms=sum(samples))
 
 
 class _GpuClock:
@@ -151,7 +157,8 @@ class _GpuClock:
     def latency(self) -> Latency:
         clock = "cupti" if self.cupti_samples and len(self.cupti_samples) == len(self.samples) else "events"
         s = self.samples
-        return Latency(statistics.median(s), min(s), max(s), len(s), clock, statistics.median(self.event_samples))
+        return Latency(statistics.median(s), min(s), max(s), len(s), clock, statistics.median(self.event_samples),
+                       sum(s))
 
 
 SPIN_HZ = 2.0e9

@@ -3,7 +3,7 @@ the candidate each set's seed and digest instead of a file; a workload with a sa
 still sends files; a set that comes out differently in the candidate is INVALID_REFERENCE, not a
 verdict on the solution; the attempt's secret never reaches the candidate's job.
 
-Each test runs a whole evaluation with the parent's `_child` wrapped, to see (or edit) each
+Each test runs a whole evaluation with the parent's `run_child` wrapped, to see (or edit) each
 child's job and the attempt's input folder after each child ran."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 import json
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,29 +50,42 @@ class _KnownSecret:
     def randbits(bits: int) -> int:
         return SECRET
 
+    token_hex = staticmethod(secrets.token_hex)
+
 
 @dataclass
 class Seen:
     jobs: dict[str, dict[str, Any]] = field(default_factory=dict)  # role -> its job, as written
     job_texts: dict[str, str] = field(default_factory=dict)
     input_files: dict[str, list[str]] = field(default_factory=dict)  # role -> inputs_dir after it ran
+    handed: dict[str, dict[str, Any]] = field(default_factory=dict)  # uuid -> what the outer clock's `go` carried
 
 
 def _watch(monkeypatch: pytest.MonkeyPatch, edit: Callable[[dict], None] | None = None) -> Seen:
     """Record every child's job and the input folder after it; `edit` the candidate's job first."""
-    seen, run_child = Seen(), evaluation._child
+    seen, run_child, hand_over = Seen(), evaluation.run_child, evaluation.timed_hand_over
     monkeypatch.setattr(evaluation, "secrets", _KnownSecret)
 
-    def child(home: Path, config, start, job: dict[str, Any]):
+    def recorded(*args):
+        handing = hand_over(*args)
+
+        def hand(uuid: str) -> dict[str, Any]:
+            seen.handed[uuid] = handing(uuid)
+            return seen.handed[uuid]
+        return hand
+
+    monkeypatch.setattr(evaluation, "timed_hand_over", recorded)
+
+    def child(home: Path, config, start, job: dict[str, Any], *hand_over):
         if edit is not None and job["role"] == "candidate":
             edit(job)
-        ran = run_child(home, config, start, job)
+        ran = run_child(home, config, start, job, *hand_over)
         seen.job_texts[job["role"]] = (home / "job.json").read_text()
         seen.jobs[job["role"]] = json.loads(seen.job_texts[job["role"]])
         seen.input_files[job["role"]] = sorted(p.name for p in Path(job["inputs_dir"]).iterdir())
         return ran
 
-    monkeypatch.setattr(evaluation, "_child", child)
+    monkeypatch.setattr(evaluation, "run_child", child)
     return seen
 
 
@@ -132,7 +146,9 @@ def test_on_a_cpu_random_sets_go_through_files_unless_asked(affine: Problem, mon
     result = evaluation.evaluate(affine, make_solution(AFFINE), dataclasses.replace(FAST, regenerate_inputs=None))
     assert result.status is Status.PASSED, result.message
     assert seen.jobs["candidate"]["set_seeds"] == [None, None]
-    assert len(seen.input_files["reference"]) == sum(_set_count(seen, k) for k in range(2))
+    # the timed sets' files reach the inputs folder only at the outer clock's `go`
+    assert len(seen.input_files["reference"]) == 2 * FAST.correctness_rounds
+    assert len(seen.input_files["candidate"]) == sum(_set_count(seen, k) for k in range(2))
     assert "load" in result.child_phases["candidate"] and "inputs" not in result.child_phases["candidate"]
 
 
@@ -144,7 +160,8 @@ def test_sets_with_a_safetensors_input_still_go_through_files(from_file: Problem
     job = seen.jobs["candidate"]
     assert job["set_seeds"] == [None, None] and job["set_digests"] == [None, None]
     files = sorted(f"w{k}_s{s}.st" for k in range(2) for s in range(_set_count(seen, k)))
-    assert seen.input_files["reference"] == files
+    assert seen.input_files["reference"] == [f for f in files if int(f[4:-3]) < FAST.correctness_rounds]
+    assert seen.input_files["candidate"] == files
     assert "load" in result.child_phases["candidate"]
 
 
@@ -193,5 +210,11 @@ def test_the_secret_never_reaches_the_candidates_job(affine: Problem, monkeypatc
     assert seen.jobs["reference"]["seed"] == SECRET  # the known secret was the attempt's
     text = seen.job_texts["candidate"]
     assert str(SECRET) not in text and '"seed"' not in text
-    assert seen.jobs["candidate"]["set_seeds"] == [[set_seed(SECRET, k, s) for s in range(_set_count(seen, k))]
-                                                   for k in range(2)]
+    rounds = FAST.correctness_rounds  # the timed sets' seeds arrive only with the outer clock's `go`
+    assert seen.jobs["candidate"]["set_seeds"] == [[set_seed(SECRET, k, s) for s in range(rounds)] for k in range(2)]
+    assert [seen.handed[w.uuid]["set_seeds"] for w in affine.workloads] == [
+        [set_seed(SECRET, k, s) for s in range(rounds, _set_count(seen, k))] for k in range(2)]
+    off = _watch(monkeypatch)  # without it, the job holds them all
+    evaluation.evaluate(affine, make_solution(AFFINE), dataclasses.replace(FAST, outer_clock=False))
+    assert off.jobs["candidate"]["set_seeds"] == [[set_seed(SECRET, k, s) for s in range(_set_count(off, k))]
+                                                  for k in range(2)]

@@ -70,7 +70,9 @@ def _wait_child(home: Path, name: str):
     from services.evaluator.sandbox import finish_child, start_child
 
     child = start_child(["-m", "services.evaluator.child", "--wait", "cpu"], home, home / f"{name}.log")
-    return child, finish_child(child, "", 60)  # an empty job line: the spare exits 0 unused
+    run = finish_child(child, "", 60)  # an empty job line: the spare exits 0 unused
+    child.channel.close()
+    return child, run
 
 
 def test_a_dead_fork_server_is_replaced_and_a_missing_one_falls_back_on_new_interpreters(tmp_path, monkeypatch):
@@ -114,3 +116,4 @@ def test_fork_server_false_starts_a_new_interpreter(tmp_path):
                         fork_server=False)
     assert isinstance(child.process, subprocess.Popen)
     assert finish_child(child, "", 60).exit_code == 0
+    child.channel.close()

@@ -95,10 +95,11 @@ def test_the_candidate_starts_only_after_its_folders_are_handed_over(problem, mo
     """Where the candidate runs as another user, a child forked at once used to enter its home
     while that was still the evaluator's (0700) and die on `chdir` whenever the hand-over lost the
     race (seen on the H200). The hand-over must come first, whoever the candidate runs as."""
+    from services.evaluator import children
     from services.evaluator import evaluate as evaluate_module
 
     events: list[str] = []
-    hand_over, start_child = evaluate_module._hand_over, evaluate_module.start_child
+    hand_over, start_child = children.hand_over_folders, evaluate_module.start_child
 
     def recorded_hand_over(*args):
         events.append("hand over")
@@ -108,7 +109,7 @@ def test_the_candidate_starts_only_after_its_folders_are_handed_over(problem, mo
         events.append("start candidate" if isolate else "start reference")
         return start_child(*args, isolate=isolate, **kwargs)
 
-    monkeypatch.setattr(evaluate_module, "_hand_over", recorded_hand_over)
+    monkeypatch.setattr(children, "hand_over_folders", recorded_hand_over)
     monkeypatch.setattr(evaluate_module, "start_child", recorded_start)
     result = evaluate(problem, make_solution(GOOD), dataclasses.replace(FAST, spares=None))
     assert result.status is Status.PASSED, result.message

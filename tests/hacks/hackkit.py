@@ -13,6 +13,7 @@ candidate may write whoever it runs as (a stand-in for "somewhere that outlives 
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import socket
 import tempfile
@@ -46,6 +47,7 @@ class Case:
     solution: dict[str, Any] = field(default_factory=dict)  # make_solution's keywords
     evaluations: int = 1  # >1: the same solution evaluated again; the last evaluation is checked
     statuses: tuple[Status, ...] | None = None  # per workload, where they differ
+    config: dict[str, Any] = field(default_factory=dict)  # EvalConfig fields other than FAST's
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,8 @@ class Attempts:
         drop.chmod(0o777)
         code = case.code.replace("@DROP@", str(drop)).replace("@PORT@", str(self.port))
         solution = make_solution(code, self.problems[case.problem].name, name=case.id, **case.solution)
-        return Ran([evaluate(self.problems[case.problem], solution, FAST) for _ in range(case.evaluations)])
+        config = dataclasses.replace(FAST, **case.config)
+        return Ran([evaluate(self.problems[case.problem], solution, config) for _ in range(case.evaluations)])
 
 
 def problems(root: Path) -> dict[str, Problem]:

@@ -19,16 +19,17 @@ Not covered here (GPU only, or not yet caught anywhere):
 - CUDA graphs replayed across timed iterations, launches left in flight after the call returns
   (no synchronize), L2 cache residency between iterations (the flush), a time below the SOL bound:
   not yet covered by a GPU test;
-- results and outputs forged by the solution at import, before the harness runs (in-process: any
-  code in the candidate's process can write what the harness writes): xfail below;
-- a native timer hijack through ctypes (the C function behind time.perf_counter rewritten): xfail
-  below;
+- results forged at import, and a native timer hijack through ctypes (the C function behind
+  time.perf_counter rewritten), are caught by the evaluator's outer clock (OUTER_CLOCK below, and
+  REOPENED: they pass with it off) only where the time they hide exceeds its slack: for a kernel of
+  microseconds they still pass (xfail below);
 - the candidate's process reading the evaluator's memory (/proc/<ppid>/mem) or environment where
   it runs as the evaluator's user: the environment case below; memory is the same hole.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 import time
@@ -62,9 +63,15 @@ def _answer(found, x, w, b, y):
 
 # Writes every output set and a result with a tiny latency for the workloads of its own job, as
 # the harness would (the job file sits in the candidate's working directory; the affine problem's
-# input sets are made again from the seeds in it, as the harness makes them).
+# input sets are made again from the seeds in it, as the harness makes them). Where the evaluator's
+# outer clock is on, the job holds only the correctness rounds' seeds: a timed set whose seed it
+# does not have gets zeros. `handshake`: it also plays the harness's part on the evaluator's
+# private channel (`ready`, `go`, `end`), taking the timed sets' seeds from `go` if `use_go`,
+# each timed set's outputs then costing `slow_s` more (a long kernel).
 FORGE = """
 import json
+import socket
+import time
 from pathlib import Path
 
 import torch
@@ -74,20 +81,40 @@ from services.evaluator.inputs import make_inputs
 from shared.schema import Definition, Workload
 
 JOB = json.loads(Path("job.json").read_text())
+FAKE = {"median_ms": 1e-6, "min_ms": 1e-6, "max_ms": 1e-6, "clock": "perf_counter"}
 
 
-def _forge():
-    definition = Definition.model_validate(JOB["definition"])
-    results = []
+def _save(index, workload, seeds, s, slow_s=0.0):
+    y = torch.zeros(workload["axes"]["n"], 16)
+    if s < len(seeds):
+        inputs = make_inputs(Definition.model_validate(JOB["definition"]), Workload.model_validate(workload),
+                             seeds[s], torch.device("cpu"), None, None)
+        y = inputs["x"] * inputs["w"] + inputs["b"]
+        time.sleep(slow_s)
+    tensorfile.save({"y": y}, Path(JOB["outputs_dir"]) / f"w{index}_s{s}.st")
+
+
+def _send(channel, **message):
+    channel.sendall(json.dumps(message).encode() + b"\\n")
+
+
+def _forge(handshake=False, use_go=False, slow_s=0.0):
+    rounds, results = JOB["correctness_rounds"], []
+    channel = socket.socket(fileno=JOB["clock_fd"]) if handshake else None
     for index, workload, timed_sets, seeds in zip(JOB["indices"], JOB["workloads"], JOB["timed_sets"],
                                                   JOB["set_seeds"]):
-        for s in range(JOB["correctness_rounds"] + timed_sets):
-            inputs = make_inputs(definition, Workload.model_validate(workload), seeds[s], torch.device("cpu"),
-                                 None, None)
-            outputs = {"y": inputs["x"] * inputs["w"] + inputs["b"]}
-            tensorfile.save(outputs, Path(JOB["outputs_dir"]) / f"w{index}_s{s}.st")
-        latency = {"median_ms": 1e-6, "min_ms": 1e-6, "max_ms": 1e-6, "runs": timed_sets, "clock": "perf_counter"}
-        results.append({"uuid": workload["uuid"], "status": "OK", "latency": latency})
+        for s in range(rounds):
+            _save(index, workload, seeds, s)
+        if handshake:
+            _send(channel, op="ready", uuid=workload["uuid"])
+            go = json.loads(channel.makefile("rb").readline())
+            seeds = [*seeds[:rounds], *go["set_seeds"]] if use_go else seeds[:rounds]
+        for s in range(rounds, rounds + timed_sets):
+            _save(index, workload, seeds, s, slow_s)
+        if handshake:
+            _send(channel, op="end", uuid=workload["uuid"], runs=timed_sets, total_ms=timed_sets * 1e-6,
+                  median_ms=1e-6)
+        results.append({"uuid": workload["uuid"], "status": "OK", "latency": {**FAKE, "runs": timed_sets}})
     Path(JOB["result_path"]).write_text(json.dumps({"workloads": results}))
 """
 ANSWER_IF, FORGE = (textwrap.indent(part, " " * 8) for part in (ANSWER_IF, FORGE))
@@ -751,16 +778,35 @@ CASES = [
         """, caught="correctness round 0"),
 ]
 
-# Holes with no fix in the files this suite's author owns: each is explained in
-# docs/results/hardening.md, and fails (XPASS, strict) once it closes.
-OPEN_HOLES = {
-    "forges_results_at_import_and_exits": "in-process: the candidate can write the result file and "
-                                          "the outputs before the harness runs at all",
-    "hijacks_the_clock_through_ctypes": "in-process: the C function behind time.perf_counter can be "
-                                        "rewritten without replacing the Python object",
-}
-HOLES = [
-    Case("forges_results_at_import_and_exits", WRONG, FORGE + """
+# Cases on the timer that only the evaluator's outer clock catches (services/evaluator/outer_clock.py):
+# the time they hide is real time spent in the window that the evaluator measures on its own clock.
+HIJACK = """
+    import ctypes
+    import time
+
+    CALLS = [0]
+    _NOARGS = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.c_void_p)
+    FROZEN = [time.perf_counter()]
+
+    @_NOARGS
+    def _frozen(module, unused):
+        FROZEN[0] += 1e-9
+        return FROZEN[0]
+
+    def _method_slot(builtin):
+        method_def = ctypes.c_void_p.from_address(id(builtin) + 2 * ctypes.sizeof(ctypes.c_void_p)).value
+        return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p))
+
+    def run(x, w, b, y):
+        CALLS[0] += 1
+        y.copy_(x * w + b)
+        time.sleep(SLOW_S)
+        if CALLS[0] == 4:  # from the first timed run on, every reading is frozen
+            FROZEN[0] = time.perf_counter()
+            _method_slot(time.perf_counter).value = ctypes.cast(_frozen, ctypes.c_void_p).value
+    """
+OUTER_CLOCK = [
+    Case("forges_results_at_import_and_exits", HACK, FORGE + """
         import os
 
         _forge()
@@ -768,30 +814,54 @@ HOLES = [
 
         def run(x, w, b, y):
             y.zero_()
-        """),
-    Case("hijacks_the_clock_through_ctypes", HACK, """
-        import ctypes
-        import time
+        """, caught="never saw begin and end"),
+    # A slow kernel (100 ms a call) whose time the frozen clock hides.
+    Case("hijacks_the_clock_through_ctypes", HACK, "    SLOW_S = 0.1\n" + HIJACK,
+         caught="the evaluator's own clock measured"),
+    # Plays the harness's part on the private channel at import; the timed sets' seeds come only
+    # with `go`, which it does not wait to use: its timed outputs are zeros.
+    Case("fakes_the_clock_handshake_at_import", WRONG, FORGE + """
+        import os
 
-        CALLS = [0]
-        _NOARGS = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.c_void_p)
-        FROZEN = [time.perf_counter()]
-
-        @_NOARGS
-        def _frozen(module, unused):
-            FROZEN[0] += 1e-9
-            return FROZEN[0]
-
-        def _method_slot(builtin):
-            method_def = ctypes.c_void_p.from_address(id(builtin) + 2 * ctypes.sizeof(ctypes.c_void_p)).value
-            return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p))
+        _forge(handshake=True)
+        os._exit(0)
 
         def run(x, w, b, y):
-            CALLS[0] += 1
-            y.copy_(x * w + b)
-            if CALLS[0] == 4:  # from the timing of the second workload on, every reading is frozen
-                FROZEN[0] = time.perf_counter()
-                _method_slot(time.perf_counter).value = ctypes.cast(_frozen, ctypes.c_void_p).value
+            y.zero_()
+        """, caught="timed run on input set"),
+    # The same, computing the timed outputs from the seeds of `go` with a slow kernel.
+    Case("fakes_the_clock_handshake_around_a_slow_kernel", HACK, FORGE + """
+        import os
+
+        _forge(handshake=True, use_go=True, slow_s=0.1)
+        os._exit(0)
+
+        def run(x, w, b, y):
+            y.zero_()
+        """, caught="the evaluator's own clock measured"),
+]
+# With the outer clock off, the first two pass again: it is the outer clock that catches them.
+REOPENED = [dataclasses.replace(c, id=f"{c.id}_without_the_outer_clock", status=Status.PASSED,
+                                config={"outer_clock": False}) for c in OUTER_CLOCK[:2]]
+
+# Holes with no fix yet: each is explained in docs/results/hardening.md, and fails (XPASS,
+# strict) once it closes.
+OPEN_HOLES = {
+    "hijacks_the_clock_for_a_short_kernel": "the outer clock's slack (tens of ms per workload) is larger than "
+                                            "what a kernel of microseconds hides",
+    "fakes_the_clock_handshake_for_a_short_kernel": "the outer clock's slack is larger than the work of a short "
+                                                    "kernel forged around its handshake",
+}
+HOLES = [
+    Case("hijacks_the_clock_for_a_short_kernel", HACK, "    SLOW_S = 0.0\n" + HIJACK),
+    Case("fakes_the_clock_handshake_for_a_short_kernel", HACK, FORGE + """
+        import os
+
+        _forge(handshake=True, use_go=True)
+        os._exit(0)
+
+        def run(x, w, b, y):
+            y.zero_()
         """),
 ]
 # A result cache keyed by where the inputs live: it can only profit if a call gets inputs at
@@ -830,12 +900,13 @@ VALUE_CACHE = Case("value_cache_gains_nothing_in_timed_runs", Status.PASSED, """
             CACHE[key] = x * w + b
         y.copy_(CACHE[key])
     """)
-CASES_BY_ID = {c.id: c for c in [*CASES, *HOLES, POINTER_CACHE, VALUE_CACHE]}
+EVERY_CASE = [*CASES, *OUTER_CLOCK, *REOPENED, *HOLES, POINTER_CACHE, VALUE_CACHE]
+CASES_BY_ID = {c.id: c for c in EVERY_CASE}
 
 
 @pytest.fixture(scope="module")
 def attempts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Attempts]:
-    yield from start_attempts(request, tmp_path_factory.mktemp("hacks"), [*CASES, *HOLES, POINTER_CACHE, VALUE_CACHE])
+    yield from start_attempts(request, tmp_path_factory.mktemp("hacks"), EVERY_CASE)
 
 
 def _param(case: Case):
@@ -847,8 +918,13 @@ def _param(case: Case):
     return pytest.param(case, id=case.id, marks=marks)
 
 
-@pytest.mark.parametrize("case", [_param(c) for c in CASES])
+@pytest.mark.parametrize("case", [_param(c) for c in [*CASES, *OUTER_CLOCK]])
 def test_hack_is_caught(attempts: Attempts, case: Case) -> None:
+    assert_status(attempts[case], case)
+
+
+@pytest.mark.parametrize("case", REOPENED, ids=[c.id for c in REOPENED])
+def test_without_the_outer_clock_the_hole_reopens(attempts: Attempts, case: Case) -> None:
     assert_status(attempts[case], case)
 
 
@@ -891,5 +967,5 @@ def test_a_daemon_in_its_own_session_does_not_outlive_the_attempt(attempts: Atte
 
 
 def test_every_kind_is_listed_once() -> None:
-    assert len(CASES_BY_ID) == len(CASES) + len(HOLES) + 2
+    assert len(CASES_BY_ID) == len(EVERY_CASE)
     assert set(OPEN_HOLES) == {c.id for c in HOLES}

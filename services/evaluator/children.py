@@ -1,0 +1,118 @@
+"""One role's child of an attempt: its job written, its folders handed over (the candidate's), its
+private channel served by the outer clock while it runs, and its results read back and matched
+with the workloads it was sent."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from services.evaluator.outer_clock import OuterClock, judge
+from services.evaluator.sandbox import StartedChild, finish_child, unprivileged_ids
+
+if TYPE_CHECKING:
+    from services.evaluator.evaluate import EvalConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChildResults:
+    workloads: list[dict[str, Any]]
+    timed_out: bool
+    exit_code: int | None
+    log: str
+    timeout_s: float
+    stalled: bool = False
+    phases: dict[str, float] = field(default_factory=dict)  # the child's own account (diagnostics only)
+    clock: OuterClock | None = None  # what the outer clock saw, where it was on
+
+    def clock_verdict(self, reference: ChildResults, uuid: str, result: dict[str, Any], timed_sets: int) -> str | None:
+        """Why a workload the candidate reports as timed is a REWARD_HACK by the outer clock, or None."""
+        if self.clock is None:
+            return None
+        ours = reference.clock.windows.get(uuid) if reference.clock is not None else None
+        return judge(result.get("latency", {}), self.clock.windows.get(uuid), ours, timed_sets)
+
+    def results(self, uuids: list[str], who: str) -> list[dict[str, Any]]:
+        """One result per workload sent, matched by UUID; those the child never reached get TIMEOUT
+        or RUNTIME_ERROR. Results that do not match what was sent mean the channel was forged."""
+        done = list(self.workloads)
+        if self.clock is not None and self.clock.violation:
+            return [{"status": "REWARD_HACK", "message": f"{who} broke the evaluator's private channel: "
+                                                         f"{self.clock.violation}"}] * len(uuids)
+        if len(done) > len(uuids) or any(r.get("uuid") != u for r, u in zip(done, uuids)):
+            forged = {"status": "REWARD_HACK", "message": f"{who} reported results that do not match the "
+                                                          f"workloads sent (a forged result channel)"}
+            return [forged] * len(uuids)
+        if self.timed_out and self.stalled:
+            missing = {"status": "TIMEOUT", "message": f"{who} spent more than {self.timeout_s:.0f} s on one "
+                                                      f"workload and was killed"}
+        elif self.timed_out:
+            missing = {"status": "TIMEOUT", "message": f"{who} ran past {self.timeout_s:.0f} s and was killed"}
+        else:
+            missing = {"status": "RUNTIME_ERROR",
+                       "message": f"{who} exited with code {self.exit_code} before finishing:\n{self.log}"}
+        if len(done) == len(uuids):
+            return done
+        later = {"status": missing["status"], "message": f"not reached: {missing['message']}"}
+        return done + [missing] + [later] * (len(uuids) - len(done) - 1)
+
+
+def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild], job: dict[str, Any],
+           hand_over: Callable[[str], dict[str, Any]] = lambda uuid: {}) -> ChildResults:
+    """Runs one role's job. The candidate's folders are handed over before its child starts: a
+    child forked at once would otherwise enter its home while it is still the evaluator's. The
+    outer clock, where on, serves its channel meanwhile (`hand_over(uuid)` at each `ready`)."""
+    result_path = home / "result.json"
+    job["result_path"] = str(result_path)
+    untrusted = job["role"] == "candidate"
+    if untrusted:
+        hand_over_folders(home, Path(job["inputs_dir"]), Path(job["outputs_dir"]))
+    child = start()
+    clock = OuterClock(child.channel, [w["uuid"] for w in job["workloads"]], hand_over) \
+        if config.uses_outer_clock else None
+    job["clock_fd"] = child.channel_fd if clock is not None else None
+    job_path = home / "job.json"
+    job_path.write_text(json.dumps(job))  # read by the child only once its stdin gives the path
+    timeout_s = config.attempt_timeout_s if untrusted else max(config.attempt_timeout_s, config.reference_timeout_s)
+    stall_s = config.workload_timeout_s if untrusted else None
+    if clock is not None:
+        clock.start()
+    try:
+        run = finish_child(child, str(job_path), timeout_s, result_path, stall_s)
+    finally:
+        clock.stop() if clock is not None else child.channel.close()
+    phases: dict[str, float] = {}
+    try:
+        reported = json.loads(result_path.read_text()) if result_path.exists() else {"workloads": []}
+        workloads = reported["workloads"]
+        phases = {str(k): float(v) for k, v in reported.get("phases", {}).items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        workloads = [{"uuid": None}]  # a result file that is not ours: counted as forged below
+    if run.exit_code not in (0, None) or run.timed_out:
+        log.info("child %s exited %s timed_out=%s stalled=%s", job["role"], run.exit_code, run.timed_out,
+                 run.stalled)
+    return ChildResults(workloads, run.timed_out, run.exit_code, run.log, stall_s if run.stalled else timeout_s,
+                         run.stalled, phases, clock)
+
+
+def hand_over_folders(home: Path, inputs: Path, outputs: Path) -> None:
+    """When the candidate runs as an unprivileged user: its home and output folder become its own,
+    the inputs readable, the attempt folder traversable but not listable. Nothing else is shared
+    (the timed sets' folder stays the evaluator's, 0700, until its files move: `timed_hand_over`)."""
+    ids = unprivileged_ids()
+    if ids is None:
+        return
+    home.parent.chmod(0o711)
+    inputs.chmod(0o755)
+    for path in inputs.iterdir():
+        path.chmod(0o644)
+    for folder in (home, outputs):
+        for path in (folder, *folder.rglob("*")):
+            os.chown(path, *ids)

@@ -1,0 +1,242 @@
+"""The outer clock: the evaluator's own time around each workload's timed batch, on a clock the
+child's process cannot write.
+
+Every child gets a private channel to the evaluator (a socket pair; its end is an inherited
+descriptor whose number is in the job, `clock_fd`). Per workload, after the correctness rounds
+and the warm-up, the child's harness sends `ready`; the evaluator hands over the timed input sets
+(the candidate's timed seeds travel in the `go` reply, or its timed set files are moved into its
+inputs folder from a folder it could not read), stamps `begin` with its own `time.monotonic()`
+and answers `go`; the harness makes the timed sets, runs the timed loop, saves the timed outputs
+and sends `end` with its runs, the sum of its samples and their median; the evaluator stamps
+`end`. The window is end - begin. The reference child runs the same protocol, so that its window
+calibrates what the batch costs beyond the runs themselves (making the sets, saving, the loop).
+
+The verdict (`judge`, in the evaluator): a candidate whose window exceeds what it reports plus the
+reference's overhead per timed set, times `K_OVERHEAD`, plus `SLACK_MS`, spent time it did not
+report (a timer rewritten in its process, results forged around a slow computation): REWARD_HACK.
+A candidate that reports a timed result for a workload without the handshake for it, or breaks the
+protocol, forged the result channel: REWARD_HACK. What it reports is held at the median: the sum of
+its samples counts only up to `SPREAD` times runs x median (a liar could otherwise put its hidden
+time into a few made-up slow samples and keep a made-up median).
+
+Thresholds (2026-12-03, the 2-core CPU VM of docs/results/hardening.md, shared with other sessions):
+over 210 honest workloads of tests/evaluator and tests/hacks, the window exceeded what was reported
+by at most 3.8 times the reference's overhead per set (2 to 6 sets of a few KiB to tens of MiB;
+3.0 times beyond the first 5 ms), and by at most 15 ms on the affine problem's tiny sets. Hence
+`K_OVERHEAD` 6 and `SLACK_MS` 100: about twice the worst seen. The check is tight for batches whose
+runs take long against that slack and loose for kernels of a few microseconds, whose whole batch
+fits in it (tests/hacks: `hijacks_the_clock_for_a_short_kernel` still passes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+K_OVERHEAD = 6.0  # the candidate's batch may cost this many times the reference's overhead per set
+SLACK_MS = 100.0  # plus this, per workload: scheduling and the evaluator's own reading of the channel
+SPREAD = 1.5  # what it reports: at most this times runs x median
+MAX_LINE = 1 << 16  # the evaluator reads no longer line from a child
+MAX_GO_LINE = 1 << 24  # the harness reads the evaluator's `go`: seeds and digests of every timed set
+
+
+class ClockLost(RuntimeError):
+    """The harness's channel closed or answered out of turn: the timed batch cannot start."""
+
+
+# --- the harness's side (in the child) -------------------------------------------------------------
+
+
+class HarnessClock:
+    """The child's end of the channel: `ready` before its timed batch, `end` after it."""
+
+    def __init__(self, fd: int) -> None:
+        self._socket = socket.socket(fileno=fd)
+        self._reader = self._socket.makefile("rb")
+
+    @classmethod
+    def from_job(cls, job: dict[str, Any]) -> HarnessClock | None:
+        fd = job.get("clock_fd")
+        return cls(fd) if isinstance(fd, int) else None
+
+    def ready(self, uuid: str) -> dict[str, Any]:
+        """Ask for the timed batch of workload `uuid`; returns what the evaluator hands over with `go`."""
+        _send(self._socket, {"op": "ready", "uuid": uuid})
+        line = self._reader.readline(MAX_GO_LINE)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        if not isinstance(message, dict) or message.get("op") != "go":
+            raise ClockLost(f"the evaluator's channel gave no `go` for workload {uuid} (got {line[:200]!r})")
+        return message
+
+    def end(self, uuid: str, runs: int, total_ms: float, median_ms: float) -> None:
+        _send(self._socket, {"op": "end", "uuid": uuid, "runs": runs, "total_ms": total_ms, "median_ms": median_ms})
+
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(message).encode() + b"\n")
+
+
+# --- the evaluator's side --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """One workload's timed batch as the evaluator saw it (seconds of its own monotonic clock) and
+    as the child reported it at `end` (None until then)."""
+    uuid: str
+    begin_s: float
+    end_s: float | None = None
+    runs: int | None = None  # the candidate's timed runs; the reference's timed sets
+    total_ms: float | None = None  # the candidate's samples summed; the reference's own work in the window
+    median_ms: float | None = None
+
+    @property
+    def window_ms(self) -> float:
+        return ((self.end_s if self.end_s is not None else self.begin_s) - self.begin_s) * 1e3
+
+
+class OuterClock:
+    """Serves one child's channel in a thread while the evaluator waits for the child. `hand_over(uuid)`
+    runs at `ready` (before `begin` is stamped) and returns what `go` carries."""
+
+    def __init__(self, channel: socket.socket, uuids: list[str],
+                 hand_over: Callable[[str], dict[str, Any]]) -> None:
+        self.channel, self.uuids, self.hand_over = channel, uuids, hand_over
+        self.windows: dict[str, Window] = {}
+        self.violation: str | None = None
+        self._open: str | None = None  # the workload whose `go` was sent last, until its `end`
+        self._thread = threading.Thread(target=self._serve, name="outer-clock", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """After the child has ended: no more messages (a descendant may still hold its end)."""
+        try:
+            self.channel.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # already closed by the other side
+        self._thread.join(timeout=10)
+        self.channel.close()
+
+    def _serve(self) -> None:
+        try:
+            with self.channel.makefile("rb") as reader:
+                self._read(reader)
+        except OSError:
+            return  # the channel was shut down: the child is gone
+        finally:
+            if self.violation:  # nothing more is answered; the child's harness sees the channel close
+                with contextlib.suppress(OSError):
+                    self.channel.shutdown(socket.SHUT_RDWR)
+
+    def _read(self, reader) -> None:
+        while True:
+            line = reader.readline(MAX_LINE)
+            now = time.monotonic()
+            if not line:
+                return
+            self.violation = self._take(line, now)
+            if self.violation:
+                return
+
+    def _take(self, line: bytes, now: float) -> str | None:
+        """One message; a violation of the protocol as text, or None."""
+        try:
+            message = json.loads(line)
+            op, uuid = message["op"], message["uuid"]
+        except (ValueError, KeyError, TypeError):
+            return f"a message that is not the protocol's on the evaluator's channel: {line[:200]!r}"
+        if op == "ready":
+            done = [self.uuids.index(u) for u in self.windows]
+            if uuid not in self.uuids or uuid in self.windows or (done and self.uuids.index(uuid) < max(done)):
+                return f"`ready` for workload {uuid!r} out of order on the evaluator's channel"
+            try:
+                payload = self.hand_over(uuid)
+            except OSError as error:  # its timed set files gone: taken or removed by the child
+                return f"the timed input sets of workload {uuid} could not be handed over: {error}"
+            self.windows[uuid], self._open = Window(uuid, time.monotonic()), uuid
+            _send(self.channel, {"op": "go", **payload})
+            return None
+        if op == "end":
+            if self._open is None or self._open != uuid:
+                return f"`end` for workload {uuid!r} without its `ready` on the evaluator's channel"
+            try:
+                runs, total, median = int(message["runs"]), float(message["total_ms"]), float(message["median_ms"])
+            except (KeyError, TypeError, ValueError):
+                return f"an `end` the evaluator cannot read: {line[:200]!r}"
+            self.windows[uuid] = Window(uuid, self.windows[uuid].begin_s, now, runs, total, median)
+            self._open = None
+            return None
+        return f"an unknown message on the evaluator's channel: {line[:200]!r}"
+
+
+def overhead_per_set_ms(reference: Window) -> float:
+    """The reference's cost of its timed batch beyond its own work, per timed set it made:
+    (window - work) / sets. Its work (the reference's calls) it measures itself; it is trusted."""
+    return max(0.0, reference.window_ms - (reference.total_ms or 0.0)) / max(reference.runs or 1, 1)
+
+
+def accounted_ms(window: Window) -> float:
+    """What the candidate's report accounts for in its window: the sum of its samples, at most
+    `SPREAD` x runs x median."""
+    return min(window.total_ms or 0.0, SPREAD * (window.runs or 0) * (window.median_ms or 0.0))
+
+
+def allowed_ms(window: Window, reference: Window, timed_sets: int) -> float:
+    """The longest window that the report explains: what it accounts for, plus the reference's
+    overhead per set for every set handed over, times `K_OVERHEAD`, plus `SLACK_MS`."""
+    return accounted_ms(window) + K_OVERHEAD * timed_sets * overhead_per_set_ms(reference) + SLACK_MS
+
+
+def judge(latency: dict[str, Any], window: Window | None, reference: Window | None, timed_sets: int) -> str | None:
+    """The outer clock's verdict on one workload the candidate reports as timed: None, or why it
+    is a REWARD_HACK. `latency` is its result's, `timed_sets` the sets handed over at `go`."""
+    if window is None or window.end_s is None:
+        return ("the solution's process reported timed results for a workload whose timed batch the evaluator "
+                "never saw begin and end on its private channel (a forged result)")
+    if window.runs != latency.get("runs") or window.median_ms != latency.get("median_ms"):
+        return (f"the timed results differ between the evaluator's channel ({window.runs} runs, median "
+                f"{window.median_ms} ms) and the result file ({latency.get('runs')} runs, median "
+                f"{latency.get('median_ms')} ms): a forged result")
+    if reference is None or reference.end_s is None:
+        raise RuntimeError(f"the reference's timed batch of workload {window.uuid} was not seen on the outer clock")
+    allowed = allowed_ms(window, reference, timed_sets)
+    if window.window_ms <= allowed:
+        return None
+    return (f"the evaluator's own clock measured {window.window_ms:.1f} ms for the timed batch of {window.runs} "
+            f"runs, whose reported times (median {window.median_ms:.4g} ms) and the reference's overhead explain "
+            f"at most {allowed:.1f} ms: time spent that the solution's timer did not report (a tampered timer or "
+            f"forged results)")
+
+
+def timed_hand_over(timed_dir: Path, inputs_dir: Path, rounds: int,
+                    workloads: dict[str, tuple[int, dict[str, Any]]]) -> Callable[[str], dict[str, Any]]:
+    """The evaluator's `hand_over` for the candidate: at workload `uuid`'s `ready`, its timed sets'
+    seeds and digests (the `go` carries them), or its timed set files moved from `timed_dir`, which
+    the candidate cannot read, into its inputs folder. `workloads`: uuid -> (index, the reference's
+    result for it)."""
+    def hand_over(uuid: str) -> dict[str, Any]:
+        index, made = workloads[uuid]
+        if made.get("set_seeds") is not None:
+            return {"set_seeds": made["set_seeds"][rounds:], "set_digests": made["set_digests"][rounds:]}
+        for s in range(rounds, rounds + made["timed_sets"]):
+            name = f"w{index}_s{s}.st"
+            (timed_dir / name).chmod(0o644)  # readable where the candidate runs as `nobody`
+            (timed_dir / name).rename(inputs_dir / name)
+        return {"set_seeds": None}
+
+    return hand_over

@@ -1,0 +1,155 @@
+"""The outer clock without children: its verdict's arithmetic, and its protocol over a real socket
+pair (the evaluator's side served in its thread, the harness's side in the test)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from services.evaluator.outer_clock import (
+    K_OVERHEAD, SLACK_MS, SPREAD, ClockLost, HarnessClock, OuterClock, Window, accounted_ms, allowed_ms, judge,
+    overhead_per_set_ms, timed_hand_over,
+)
+
+# The reference: a window of 10 ms over 5 timed sets, 5 ms of it its own calls: 1 ms per set.
+REFERENCE = Window("w", 0.0, 0.010, runs=5, total_ms=5.0, median_ms=0.5)
+
+
+def _candidate(window_ms: float, runs: int = 3, total_ms: float = 7.0, median_ms: float = 2.0) -> Window:
+    return Window("w", 100.0, 100.0 + window_ms / 1e3, runs, total_ms, median_ms)
+
+
+def _latency(window: Window) -> dict:
+    return {"runs": window.runs, "median_ms": window.median_ms}
+
+
+def test_the_reference_overhead_is_its_window_less_its_work_per_set() -> None:
+    assert overhead_per_set_ms(REFERENCE) == pytest.approx(1.0)
+    assert overhead_per_set_ms(Window("w", 0.0, 0.001, runs=2, total_ms=5.0)) == 0.0  # never negative
+
+
+def test_what_the_report_accounts_for_is_held_at_spread_times_the_median() -> None:
+    assert accounted_ms(_candidate(50.0)) == 7.0  # the sum of its samples, under 1.5 x 3 x 2 = 9
+    clamped = _candidate(50.0, total_ms=900.0, median_ms=1.0)  # a made-up median, the time in "outliers"
+    assert accounted_ms(clamped) == pytest.approx(SPREAD * 3 * 1.0)
+
+
+def test_a_window_up_to_the_allowance_passes_and_beyond_it_is_a_hack() -> None:
+    sets = 5
+    allowance = 7.0 + K_OVERHEAD * sets * 1.0 + SLACK_MS
+    assert allowed_ms(_candidate(0.0), REFERENCE, sets) == pytest.approx(allowance)
+    inside = _candidate(allowance - 0.5)
+    assert judge(_latency(inside), inside, REFERENCE, sets) is None
+    beyond = _candidate(allowance + 0.5)
+    verdict = judge(_latency(beyond), beyond, REFERENCE, sets)
+    assert verdict is not None
+    assert f"{allowance + 0.5:.1f} ms" in verdict and f"at most {allowance:.1f} ms" in verdict
+
+
+def test_a_report_without_its_window_or_unlike_it_is_forged() -> None:
+    window = _candidate(20.0)
+    assert "never saw begin and end" in judge(_latency(window), None, REFERENCE, 5)
+    unended = Window("w", 100.0)
+    assert "never saw begin and end" in judge(_latency(window), unended, REFERENCE, 5)
+    assert "differ" in judge({"runs": 3, "median_ms": 1.0}, window, REFERENCE, 5)
+    assert "differ" in judge({"runs": 2, "median_ms": 2.0}, window, REFERENCE, 5)
+
+
+class _Served:
+    """An OuterClock serving one end of a socket pair; the test plays the harness on the other."""
+
+    def __init__(self, uuids: list[str], hand_over=lambda uuid: {"set_seeds": [7, 8]}) -> None:
+        ours, theirs = socket.socketpair()
+        self.clock = OuterClock(ours, uuids, hand_over)
+        self.harness = HarnessClock(os.dup(theirs.fileno()))
+        theirs.close()
+        self.clock.start()
+
+    def send(self, **message) -> None:
+        self.harness._socket.sendall(json.dumps(message).encode() + b"\n")
+
+    def stop(self) -> OuterClock:
+        self.harness._socket.close()
+        self.clock.stop()
+        return self.clock
+
+
+def test_the_handshake_in_order_opens_and_closes_a_window_per_workload() -> None:
+    served = _Served(["a", "b", "c"])
+    assert served.harness.ready("a") == {"op": "go", "set_seeds": [7, 8]}
+    served.harness.end("a", 3, 0.3, 0.1)
+    served.harness.ready("b")  # b's batch failed before its end: c may still follow
+    served.harness.ready("c")
+    served.harness.end("c", 2, 0.2, 0.1)
+    clock = served.stop()
+    assert clock.violation is None
+    a, b, c = (clock.windows[u] for u in "abc")
+    assert (a.runs, a.total_ms, a.median_ms) == (3, 0.3, 0.1) and a.end_s >= a.begin_s
+    assert b.end_s is None and c.end_s is not None
+
+
+@pytest.mark.parametrize("messages, why", [
+    ([{"op": "end", "uuid": "a", "runs": 1, "total_ms": 1, "median_ms": 1}], "without its `ready`"),
+    ([{"op": "ready", "uuid": "b"}, {"op": "ready", "uuid": "a"}], "out of order"),
+    ([{"op": "ready", "uuid": "a"}, {"op": "ready", "uuid": "a"}], "out of order"),
+    ([{"op": "ready", "uuid": "z"}], "out of order"),
+    ([{"op": "ready", "uuid": "a"}, {"op": "end", "uuid": "b", "runs": 1, "total_ms": 1, "median_ms": 1}],
+     "without its `ready`"),
+    ([{"op": "ready", "uuid": "a"}, {"op": "end", "uuid": "a", "runs": "x", "total_ms": 1, "median_ms": 1}],
+     "cannot read"),
+    ([{"op": "begin", "uuid": "a"}], "unknown message"),
+])
+def test_a_broken_protocol_is_a_violation_and_closes_the_channel(messages: list[dict], why: str) -> None:
+    served = _Served(["a", "b"])
+    for message in messages:
+        served.send(**message)
+    served.clock._thread.join(timeout=10)
+    assert why in (served.clock.violation or "")
+    served.stop()
+
+
+def test_garbage_and_overlong_lines_are_violations() -> None:
+    for line in (b"not json\n", b"x" * (1 << 17)):
+        served = _Served(["a"])
+        served.harness._socket.sendall(line)
+        served.clock._thread.join(timeout=10)
+        assert "not the protocol's" in (served.clock.violation or "")
+        served.stop()
+
+
+def test_after_a_violation_the_harness_gets_no_go() -> None:
+    served = _Served(["a"])
+    served.send(op="end", uuid="a", runs=1, total_ms=1.0, median_ms=1.0)
+    with pytest.raises(ClockLost):
+        served.harness.ready("a")
+    served.stop()
+
+
+def test_timed_files_that_cannot_be_handed_over_are_a_violation() -> None:
+    def gone(uuid: str) -> dict:
+        raise FileNotFoundError("w0_s2.st")
+
+    served = _Served(["a"], gone)
+    with pytest.raises(ClockLost):
+        served.harness.ready("a")
+    assert "could not be handed over" in served.stop().violation
+
+
+def test_the_hand_over_gives_the_timed_seeds_or_moves_the_timed_files(tmp_path: Path) -> None:
+    timed, inputs = tmp_path / ".t", tmp_path / "inputs"
+    timed.mkdir(mode=0o700)
+    inputs.mkdir()
+    for s in (2, 3):
+        (timed / f"w1_s{s}.st").write_bytes(b"set")
+    hand_over = timed_hand_over(timed, inputs, 2, {
+        "seeded": (0, {"timed_sets": 2, "set_seeds": [1, 2, 3, 4], "set_digests": ["d1", "d2", "d3", "d4"]}),
+        "files": (1, {"timed_sets": 2}),
+    })
+    assert hand_over("seeded") == {"set_seeds": [3, 4], "set_digests": ["d3", "d4"]}
+    assert sorted(p.name for p in inputs.iterdir()) == []
+    assert hand_over("files") == {"set_seeds": None}
+    assert sorted(p.name for p in inputs.iterdir()) == ["w1_s2.st", "w1_s3.st"] and not list(timed.iterdir())
