@@ -23,7 +23,7 @@ from safetensors.torch import save_file
 
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
 from services.evaluator import evaluate as evaluation
-from services.evaluator.child import set_seed
+from services.evaluator.reference_role import set_seed
 from services.evaluator.inputs import digest, make_inputs
 from shared.schema import Problem, Status, load_problem
 
