@@ -57,14 +57,16 @@ FP4_DTYPES = {"float4_e2m1", "float4_e2m1fn_x2"}
 
 
 def reference_failed(problem: Problem, device: torch.device, message: str) -> tuple[Status, str]:
-    """A reference that fails is INVALID_REFERENCE, unless the problem is NVFP4 and this device
-    cannot run FP4 (before sm_100, or a CPU): then no solution can be judged here, and the
-    attempt is UNSUPPORTED on this hardware rather than held against the problem."""
+    """A reference that fails is INVALID_REFERENCE: the problem cannot be judged here, whatever the
+    solution (the planner retires a problem that no attempt passed after a few of these). Where the
+    problem is NVFP4 and this device cannot run FP4 (before sm_100, or a CPU), the message says so
+    first: the hardware, not the problem's author, is the likelier cause."""
     tensors = [*problem.definition.inputs.values(), *problem.definition.outputs.values()]
     if any(t.dtype.value in FP4_DTYPES for t in tensors):
         capability = torch.cuda.get_device_capability(device) if device.type == "cuda" else None
         if capability is None or capability < (10, 0):
             where = f"sm_{capability[0]}{capability[1]}" if capability else "the CPU"
-            return Status.UNSUPPORTED, (f"the problem uses NVFP4 (FP4 tensors), which needs an sm_100 or newer "
-                                        f"GPU; this evaluator runs on {where}, where its reference failed:\n{message}")
+            return Status.INVALID_REFERENCE, (f"the problem uses NVFP4 (FP4 tensors), which needs an sm_100 or newer "
+                                              f"GPU; this evaluator runs on {where}, where its reference "
+                                              f"failed:\n{message}")
     return Status.INVALID_REFERENCE, message

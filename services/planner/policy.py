@@ -10,7 +10,9 @@ Three policies (`choose`):
   1 − S the next attempt closes, turned into the gain in log speedup it would bring (the campaign's
   geomean speedup is what the planner is judged on), per unit of cost (GPU-seconds plus tokens).
   Problems at S ≥ `retire_score` (a measured SOL score only), stalled for `stall_attempts` finished
-  attempts, or whose writer found nothing left to try, are retired.
+  attempts, whose writer found nothing left to try, or that no attempt ever passed while
+  `invalid_reference_attempts` of them ended INVALID_REFERENCE (the reference itself fails on this
+  hardware or under the workloads' inputs: no solution can pass), are retired.
 
 S is the SOL score, 0.5 at the baseline and 1.0 at the hardware limit. While the evaluator does not
 score SOL (`sol_score` NULL), S is estimated from the speedup (`estimated_score`).
@@ -43,6 +45,7 @@ class PolicyConfig:
 
     retire_score: float = 0.95  # a measured S at or above it retires the problem
     stall_attempts: int = 48  # K: finished attempts without a gain that retire a problem
+    invalid_reference_attempts: int = 3  # INVALID_REFERENCE attempts that retire a problem none passed
     min_gain: float = 0.05  # a gain closes at least this share of the headroom 1 − S
     window: int = 32  # the latest finished attempts a problem's mean gain is taken over
     exploration: float = 3.0  # weight of the UCB bonus
@@ -68,6 +71,7 @@ class ProblemStats:
     gain: float = 0.0  # the same sum over every finished attempt
     stall: int = 0  # finished attempts since the last gain of at least `min_gain` (all if none)
     failures: int = 0  # finished attempts other than PASSED
+    invalid_references: int = 0  # finished attempts whose reference failed (INVALID_REFERENCE)
     best_speedup: float | None = None  # over the eager reference, of the best PASSED attempt
     best_sol: float | None = None  # measured SOL score of the best PASSED attempt, when scored
     gpu_s: float = 0.0
@@ -125,9 +129,16 @@ def score(stats: ProblemStats, config: PolicyConfig = PolicyConfig()) -> float:
 
 
 def retired(stats: ProblemStats, config: PolicyConfig = PolicyConfig()) -> bool:
-    """Near SOL (measured), stalled for K finished attempts, or nothing left to try."""
+    """Near SOL (measured), stalled for K finished attempts, nothing left to try, or unpassable:
+    never passed, and its reference failed in `invalid_reference_attempts` attempts."""
     near_sol = stats.best_sol is not None and stats.best_sol >= config.retire_score
-    return near_sol or stats.stall >= config.stall_attempts or stats.exhausted
+    return near_sol or stats.stall >= config.stall_attempts or stats.exhausted or unpassable(stats, config)
+
+
+def unpassable(stats: ProblemStats, config: PolicyConfig = PolicyConfig()) -> bool:
+    """No attempt passed, and the reference failed in `invalid_reference_attempts` of them: no
+    writer can do anything here (every policy skips it, as it skips an exhausted problem)."""
+    return stats.best_speedup is None and stats.invalid_references >= config.invalid_reference_attempts
 
 
 @dataclass(frozen=True)
@@ -278,9 +289,9 @@ def choose(policy: str, problems: Sequence[ProblemStats], slots: int, per_assign
     none) when every problem is retired. Unknown policy names fall back on the default.
     """
     if policy == ROUND_ROBIN:
-        return _round_robin(problems, slots, cursor)
+        return _round_robin(problems, slots, cursor, config)
     gone = frozenset(p.problem_id for p in problems if retired(p, config)) if policy != GREEDY_HEADROOM \
-        else frozenset(p.problem_id for p in problems if p.exhausted)
+        else frozenset(p.problem_id for p in problems if p.exhausted or unpassable(p, config))
     open_problems = [p for p in problems if p.problem_id not in gone]
     if slots <= 0 or not open_problems:
         return Plan((), gone, cursor)
@@ -316,10 +327,11 @@ def _greedy_rank(config: PolicyConfig):
     return lambda stats: (-(1.0 - score(stats, config)), stats.attempts + stats.in_flight)
 
 
-def _round_robin(problems: Sequence[ProblemStats], slots: int, cursor: int) -> Plan:
-    """In campaign order from `cursor`, skipping problems whose search space is exhausted."""
+def _round_robin(problems: Sequence[ProblemStats], slots: int, cursor: int, config: PolicyConfig) -> Plan:
+    """In campaign order from `cursor`, skipping problems whose search space is exhausted or that
+    no solution can pass."""
     ordered = sorted(problems, key=lambda p: p.position)
-    gone = frozenset(p.problem_id for p in ordered if p.exhausted)
+    gone = frozenset(p.problem_id for p in ordered if p.exhausted or unpassable(p, config))
     if len(gone) == len(ordered):
         return Plan((), gone, cursor)
     chosen = []

@@ -25,6 +25,7 @@ from shared.repository import IN_FLIGHT, PARTIAL
 
 ACTIVE = ("QUEUED", "RUNNING")
 PASSED = "PASSED"
+INVALID_REFERENCE = "INVALID_REFERENCE"
 PARENT_CANDIDATES = 20
 
 
@@ -179,6 +180,7 @@ def _stats(problem_id: int, position: int, row, config: PolicyConfig, exhausted:
         problem_id, position, attempts=row.attempts, recent_attempts=min(row.attempts, config.window),
         recent_gain=float(row.recent_gain or 0.0), gain=float(row.gain or 0.0),
         stall=row.attempts - (row.last_gain_seq or 0), failures=int(row.failures or 0),
+        invalid_references=int(row.invalid_references or 0),
         best_speedup=row.best_speedup, best_sol=row.best_sol, gpu_s=float(row.gpu_s or 0.0),
         tokens=int(row.tokens or 0), exhausted=exhausted)
 
@@ -219,6 +221,7 @@ def _finished_query(campaign_id: int, config: PolicyConfig, restrict):
         gained.c.problem_id,
         func.count().label("attempts"),
         func.sum(case((gained.c.status.in_((PASSED, PARTIAL)), 0), else_=1)).label("failures"),
+        func.sum(case((gained.c.status == INVALID_REFERENCE, 1), else_=0)).label("invalid_references"),
         func.sum(gained.c.gain).label("gain"),
         func.sum(case((gained.c.seq > gained.c.total - config.window, gained.c.gain), else_=0.0)).label("recent_gain"),
         func.max(case((gained.c.gain >= config.min_gain, gained.c.seq))).label("last_gain_seq"),

@@ -68,6 +68,13 @@ def test_problems_retire_near_sol_when_stalled_or_exhausted():
     assert retired(problem(1, exhausted=True))
 
 
+def test_a_problem_none_passed_retires_after_its_reference_failed_k_times():
+    k = CONFIG.invalid_reference_attempts
+    assert retired(problem(1, invalid_references=k))
+    assert not retired(problem(1, invalid_references=k - 1))
+    assert not retired(problem(1, invalid_references=k, best_speedup=1.2))  # some attempt passed it
+
+
 def test_retired_problems_get_no_writers_and_none_when_all_are():
     problems = [problem(1, best_sol=0.96), problem(2, stall=CONFIG.stall_attempts), problem(3)]
     plan = choose(HEADROOM_UCB, problems, slots=3, per_assignment=4)

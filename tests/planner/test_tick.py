@@ -159,6 +159,17 @@ def test_when_every_problem_is_retired_the_campaign_stops(db, queue):
     assert status(db, campaign_id) == "STOPPED"
 
 
+def test_a_problem_whose_reference_keeps_failing_gets_no_more_writers(db, queue):
+    """SOL-ExecBench's NVFP4 references fail on an H200 before sm_100, L2/043's under its own
+    inputs: every attempt on such a problem is INVALID_REFERENCE, whatever the writer does."""
+    unpassable, other = add_problems(db, 2)
+    campaign_id = new_campaign(db, [unpassable, other], writers=2)
+    for _ in range(PolicyConfig().invalid_reference_attempts):
+        Attempts(db).add(unpassable, campaign_id, "INVALID_REFERENCE")
+    tick(db, campaign_id, queue)
+    assert {a.problem_id for a in assignments(db, campaign_id)} == {other}
+
+
 def test_paused_campaigns_get_nothing_until_resumed(db, queue):
     campaign_id = new_campaign(db, add_problems(db, 2), writers=2)
     pause_campaign(db, campaign_id)
