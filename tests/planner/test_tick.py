@@ -4,7 +4,6 @@ concurrent ticks that must never hold more assignments than writers."""
 from __future__ import annotations
 
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -297,17 +296,23 @@ def test_with_a_cache_a_tick_sees_what_closed_assignments_did(db, queue):
     assert cached[problem] == fresh[problem]
 
 
-def test_a_verdict_after_its_assignment_closed_is_seen_at_the_next_full_refresh(db, queue):
+def test_a_verdict_after_its_assignment_closed_is_seen_at_the_next_full_refresh(db, queue, monkeypatch):
+    import types
+
+    import services.planner.state as state_module
+
+    now = [1000.0]  # the cache's clock, moved by hand: a slow database must not refresh it early
+    monkeypatch.setattr(state_module, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
     (problem,) = add_problems(db, 1)
     campaign_id = new_campaign(db, [problem], writers=1, per_assignment=1)
-    cache = StateCache(full_every_s=0.2)
+    cache = StateCache(full_every_s=60.0)
     (first,) = tick(db, campaign_id, queue, cache=cache)
     close(db, first)
     tick(db, campaign_id, queue, cache=cache)  # the writer stopped waiting; the verdict comes later
     Attempts(db).add(problem, campaign_id, "PASSED", speedup=2.0, assignment_id=first)
     with db.session() as session:
         assert cache.problems(session, campaign_id, PolicyConfig(), []).stats[problem].attempts == 0
-    time.sleep(0.25)
+    now[0] += 61.0
     with db.session() as session:
         assert cache.problems(session, campaign_id, PolicyConfig(), []).stats[problem].attempts == 1
 
