@@ -9,7 +9,7 @@ cached). A cold case gets an empty build cache whatever ran before it; the evalu
 is made before the first case, as the service does at start. On a CPU: `--device cpu --cases 2,6
 --workloads 4` (the pytorch cases, small workloads). The
 wall time of each phase (build, reference child, candidate child, checks) is recorded. Prints a
-table; writes JSON.
+table; writes JSON. `--outer-clock on|off` sets the evaluator's outer clock (its cost).
 """
 
 from __future__ import annotations
@@ -130,6 +130,8 @@ def main() -> None:
     parser.add_argument("--cases", help="comma-separated case numbers, 0-based (default: all)")
     parser.add_argument("--workloads", type=int, help="only the first N workloads (the smallest; for a CPU)")
     parser.add_argument("--repeat", type=int, default=1, help="attempts per case (the table shows the median)")
+    parser.add_argument("--outer-clock", choices=["on", "off"],
+                        help="the evaluator's outer clock (default: the evaluator's default for the device)")
     args = parser.parse_args()
     cases = [CASES[int(k)] for k in args.cases.split(",")] if args.cases else CASES
     rows = []
@@ -140,7 +142,8 @@ def main() -> None:
         if args.device.startswith("cuda"):  # as the evaluator service does once, at start
             warm_up(args.device)
         for case, language, ahead in cases:
-            config = EvalConfig(device=args.device, build_cache=cache, spares=spares if ahead else None)
+            config = EvalConfig(device=args.device, build_cache=cache, spares=spares if ahead else None,
+                                outer_clock=None if args.outer_clock is None else args.outer_clock == "on")
             if ahead:  # as in the evaluator service between attempts: spares started and warm
                 spares.refill(HOMES)
                 for spare in spares._ready.values():
@@ -164,7 +167,8 @@ def main() -> None:
               "command": f"python bench/evaluator_turnaround.py --device {args.device}"
                          + (f" --cases {args.cases}" if args.cases else "")
                          + (f" --workloads {args.workloads}" if args.workloads else "")
-                         + (f" --repeat {args.repeat}" if args.repeat != 1 else ""), "rows": rows}
+                         + (f" --repeat {args.repeat}" if args.repeat != 1 else "")
+                         + (f" --outer-clock {args.outer_clock}" if args.outer_clock else ""), "rows": rows}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"turnaround on {hardware}")
     print(f"{'case':26} {'status':8} {'wall s':>7} {'build':>6} {'ref':>6} {'cand':>6} {'check':>6} clock")

@@ -3,12 +3,16 @@
     python bench/library.py --out library.json --markdown library.md
     python bench/library.py --quick --problems llama31_8b_rmsnorm,llama31_8b_rope   # correctness pass
     python bench/library.py --resume --out library.json   # go on where a cut-off run stopped
+    python bench/library.py --languages cuda --outer-clock --out clock.json   # the outer clock's margins
 
 Per problem: the reference's eager time and torch.compile time (T_b is the faster), T_sol on this
 GPU's hardware row, and each seed's latency, speedup over T_b and SOL score, per workload and as the
 problem's mean. The summary over problems with a `cuda` seed: geomean speedup of the best seed over
 T_b, the share beating T_b, the median SOL score. `--quick` skips torch.compile and times less (a
-check that every seed passes). Prints a table; writes JSON (and Markdown with --markdown).
+check that every seed passes). `--outer-clock` turns the evaluator's outer clock on (and skips
+torch.compile): every workload's window and allowance go into the JSON, and the table ends with
+the largest share of its allowance an honest seed used (above 1 it was called a REWARD_HACK).
+Prints a table; writes JSON (and Markdown with --markdown).
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ def measure(problem_dir: Path, config: EvalConfig, languages: set[str] | None = 
             if ev.performance is not None:
                 entry.update(latency_ms=ev.performance.latency_ms, eager_ms=ev.performance.reference_latency_ms,
                              compile_ms=compiled.get(trace.workload.uuid))
+            if ev.timing is not None and ev.timing.outer_allowed_ms is not None:
+                entry.update(outer_window_ms=ev.timing.outer_window_ms, outer_allowed_ms=ev.timing.outer_allowed_ms)
             if ev.sol is not None:
                 entry.update(t_sol_ms=ev.sol.t_sol_ms, t_b_ms=ev.sol.t_baseline_ms, sol_score=ev.sol.score,
                              bound=ev.sol.bound, speedup_vs_tb=ev.sol.t_baseline_ms / ev.performance.latency_ms)
@@ -71,14 +77,27 @@ def _geomean(values: list[float]) -> float:
 def summarize(rows: list[dict]) -> dict:
     seeded = [r for r in rows if "speedup_vs_tb" in r["seeds"].get("cuda", {})]
     if not seeded:
-        return {"problems_with_cuda_seed_passing": 0}
+        return {**clock_summary(rows), "problems_with_cuda_seed_passing": 0}
     best = [max((s for s in r["seeds"].values() if "speedup_vs_tb" in s), key=lambda s: s["speedup_vs_tb"])
             for r in seeded]
     speedups = [b["speedup_vs_tb"] for b in best]
-    return {"problems_with_cuda_seed_passing": len(seeded),
+    return {**clock_summary(rows), "problems_with_cuda_seed_passing": len(seeded),
             "geomean_speedup_vs_tb": _geomean(speedups),
             "share_beating_tb": sum(s > 1 for s in speedups) / len(speedups),
             "median_sol_score": statistics.median(b["sol_score"] for b in best)}
+
+
+def clock_summary(rows: list[dict]) -> dict:
+    """Over the workloads the outer clock judged (passed ones carry their figures; a seed called a
+    REWARD_HACK by it is counted from its status): the largest window / allowance."""
+    shares = [w["outer_window_ms"] / w["outer_allowed_ms"] for r in rows for s in r["seeds"].values()
+              for w in s["workloads"] if w.get("outer_allowed_ms")]
+    hacks = [f"{r['problem']}/{k}" for r in rows for k, s in r["seeds"].items() if s["status"] == "REWARD_HACK"]
+    if not shares and not hacks:
+        return {}
+    return {"outer_clock_workloads": len(shares), "outer_clock_max_share": max(shares, default=None),
+            "outer_clock_median_share": statistics.median(shares) if shares else None,
+            "outer_clock_hacks": hacks}
 
 
 def markdown(report: dict) -> str:
@@ -112,6 +131,10 @@ def markdown(report: dict) -> str:
         lines += [f"- geomean speedup over T_b: {s['geomean_speedup_vs_tb']:.2f}x",
                   f"- share beating T_b: {s['share_beating_tb']:.0%}",
                   f"- median SOL score: {s['median_sol_score']:.2f}"]
+    if "outer_clock_workloads" in s:
+        lines += [f"- outer clock: {s['outer_clock_workloads']} passing workloads, window / allowance median "
+                  f"{s['outer_clock_median_share'] or 0:.2f}, max {s['outer_clock_max_share'] or 0:.2f}; "
+                  f"seeds it called REWARD_HACK: {', '.join(s['outer_clock_hacks']) or 'none'}"]
     return "\n".join(lines) + "\n"
 
 
@@ -123,6 +146,8 @@ def main() -> None:
     parser.add_argument("--languages", help="only seeds in these languages (comma-separated)")
     parser.add_argument("--out", type=Path, default=Path("library.json"))
     parser.add_argument("--markdown", type=Path)
+    parser.add_argument("--outer-clock", action="store_true",
+                        help="the evaluator's outer clock on, torch.compile off; record its windows")
     parser.add_argument("--resume", action="store_true",
                         help="keep the rows already in --out and measure only the problems it lacks "
                              "(a run split over several calls of a time-limited machine)")
@@ -132,7 +157,8 @@ def main() -> None:
     spares = Spares(args.device, None)
     config = EvalConfig(device=args.device, correctness_rounds=3, timing_sets=2, warmup_runs=3,
                         timing_runs=10 if args.quick else 50, timing_budget_s=0.5 if args.quick else 2.0,
-                        attempt_timeout_s=600, measure_compile=not args.quick, spares=spares)
+                        attempt_timeout_s=600, measure_compile=not (args.quick or args.outer_clock),
+                        outer_clock=True if args.outer_clock else None, spares=spares)
     rows = json.loads(args.out.read_text())["rows"] if args.resume and args.out.exists() else []
     done = {row["problem"] for row in rows if not row.get("error")}
     rows = [row for row in rows if row["problem"] in done]
@@ -152,6 +178,7 @@ def main() -> None:
     spares.close()
     hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else "CPU"
     command = "python bench/library.py" + (" --quick" if args.quick else "") + (
+        " --outer-clock" if args.outer_clock else "") + (
         " --resume" if args.resume else "") + (
         f" --languages {args.languages}" if args.languages else "") + (
         f" --problems {args.problems}" if args.problems else "")

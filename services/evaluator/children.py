@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from services.evaluator.outer_clock import OuterClock, judge
+from services.evaluator.outer_clock import OuterClock, allowed_ms, judge
 from services.evaluator.sandbox import StartedChild, finish_child, unprivileged_ids
 
 if TYPE_CHECKING:
@@ -38,6 +38,14 @@ class ChildResults:
             return None
         ours = reference.clock.windows.get(uuid) if reference.clock is not None else None
         return judge(result.get("latency", {}), self.clock.windows.get(uuid), ours, timed_sets)
+
+    def clock_figures(self, reference: ChildResults, uuid: str, timed_sets: int) -> dict[str, float]:
+        """For the trace, of a workload `clock_verdict` passed: its window and the allowance."""
+        if self.clock is None or reference.clock is None:
+            return {}
+        window, ours = self.clock.windows[uuid], reference.clock.windows[uuid]
+        return {"outer_window_ms": round(window.window_ms, 3),
+                "outer_allowed_ms": round(allowed_ms(window, ours, timed_sets), 3)}
 
     def results(self, uuids: list[str], who: str) -> list[dict[str, Any]]:
         """One result per workload sent, matched by UUID; those the child never reached get TIMEOUT

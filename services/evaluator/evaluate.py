@@ -270,7 +270,9 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         if verdict is not None and verdict.hack:
             outcomes[index] = _Outcome(Status.REWARD_HACK, verdict.hack, check)
             continue
-        outcomes[index] = _Outcome(check.status, check.message, check, latency, eager, Timing(**result["latency"]),
+        timing = Timing(**result["latency"], **candidate.clock_figures(reference, workloads[index].uuid,
+                                                                        ref_results[index]["timed_sets"]))
+        outcomes[index] = _Outcome(check.status, check.message, check, latency, eager, timing,
                                    verdict.sol if verdict else None)
     return outcomes, compiled
 

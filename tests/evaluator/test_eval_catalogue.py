@@ -438,6 +438,8 @@ def test_passed_has_performance_and_correctness(attempts: Attempts, case: Case) 
         performance = evaluation.performance
         assert performance.latency_ms > 0 and performance.reference_latency_ms > 0
         assert performance.speedup_factor == pytest.approx(performance.reference_latency_ms / performance.latency_ms)
+        timing = evaluation.timing  # the outer clock (on for CPU devices) leaves its figures on the trace
+        assert timing.outer_allowed_ms is not None and 0 < timing.outer_window_ms <= timing.outer_allowed_ms
 
 
 @cases("wrong_values")
