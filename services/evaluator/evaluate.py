@@ -10,6 +10,7 @@ batch per workload on its own clock and hands the timed sets over only when that
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import secrets
 import shutil
@@ -30,7 +31,7 @@ from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.outer_clock import timed_hand_over
 from services.evaluator.sandbox import StartedChild, start_child
 from services.evaluator.spares import HOMES, SPARE_READY_S, Spare, Spares, discard
-from services.evaluator.score import hardware_for, score_workload
+from services.evaluator.score import count_ahead, hardware_for, score_workload
 from services.evaluator.scratch import make_folder, sweep_folders
 from shared.hardware import HardwareSpec, cpu_name
 from shared.schema import (
@@ -200,6 +201,9 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         "timing_budget_s": config.timing_budget_s,
         "inputs_dir": str(dirs["inputs"]),
     }
+    hardware = _hardware(config)
+    if hardware is not None:  # T_sol's counts, while the children run
+        count_ahead(problem.definition, workloads, problem.root)
     say(f"reference on {len(workloads)} workloads")
     # Spares wait until both have warmed up, so that neither's start overlaps the other's timing.
     children.wait_ready()
@@ -251,7 +255,6 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         hand_over)
     sent = [workloads[i].uuid for i in runnable]
     children.phases["candidate"] = candidate.phases
-    hardware = _hardware(config)
     known_compile = {**(config.compile_baselines or {}), **compiled}
     say("checking")
     for index, result in zip(runnable, candidate.results(sent, "the solution")):
@@ -326,8 +329,9 @@ def _summarize(traces: list[Trace], compiled: dict[str, float]) -> AttemptResult
 
 def warm_up(device: str) -> None:
     """What the evaluator's own process does on a device in every attempt, done once ahead: its
-    CUDA context, a set file loaded onto the device and one comparison (on the H200 the first
-    attempt of a process spent 4.9-9 s more in its checks than the next ones, 2026-12-03)."""
+    CUDA context, a set file loaded onto the device and one comparison, and the import that the
+    first SOL count pays (on the H200 the first attempt of a process spent 3.4-9 s more in its
+    checks than the next ones, 2026-12-03)."""
     import tempfile
 
     from shared.schema import Tolerance
@@ -343,6 +347,7 @@ def warm_up(device: str) -> None:
         compare("y", y, y.clone(), Tolerance(max_atol=1e-3, max_rtol=1e-3))
     if target.type == "cuda":
         torch.cuda.synchronize(target)
+        importlib.import_module("torch._dynamo")  # what the first SOL count of a process imports (1.5-3.4 s)
 
 
 def environment(device: str) -> Environment:

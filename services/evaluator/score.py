@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,25 +37,37 @@ def hardware_for(device_name: str) -> HardwareSpec | None:
         return None
 
 
-_COUNTED: dict[tuple[str, str], WorkCount | SolCountError] = {}
+_COUNTED: dict[tuple[str, str], Future] = {}
 MAX_COUNTED = 4096
+# One thread counts, ahead of the scoring: the first count of a process imports torch's tracing
+# machinery (about 1.5 s on a CPU, 3.4 s of the first attempt's checks on the H200, 2026-12-03) and
+# a problem with custom inputs runs its reference on the CPU, while the evaluator only waits for
+# its children.
+_COUNTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sol-count")
+_LOCK = threading.Lock()
+
+
+def _future(definition: Definition, workload: Workload, problem_root: Path | None) -> Future:
+    key = (hashlib.sha256(definition.model_dump_json().encode()).hexdigest(), workload.model_dump_json())
+    with _LOCK:
+        if key not in _COUNTED:
+            if len(_COUNTED) >= MAX_COUNTED:
+                _COUNTED.clear()
+            _COUNTED[key] = _COUNTER.submit(count_work, definition, workload, problem_root)
+        return _COUNTED[key]
+
+
+def count_ahead(definition: Definition, workloads: list[Workload], problem_root: Path | None) -> None:
+    """Starts counting the workloads' work in the background (`score_workload` waits for it)."""
+    for workload in workloads:
+        _future(definition, workload, problem_root)
 
 
 def _counted(definition: Definition, workload: Workload, problem_root: Path | None) -> WorkCount:
     """count_work, remembered per (definition, workload): counting can run the reference on the
-    CPU (custom inputs), which must not be paid again on every attempt."""
-    key = (hashlib.sha256(definition.model_dump_json().encode()).hexdigest(), workload.model_dump_json())
-    if key not in _COUNTED:
-        if len(_COUNTED) >= MAX_COUNTED:
-            _COUNTED.clear()
-        try:
-            _COUNTED[key] = count_work(definition, workload, problem_root)
-        except SolCountError as error:
-            _COUNTED[key] = error
-    found = _COUNTED[key]
-    if isinstance(found, SolCountError):
-        raise found
-    return found
+    CPU (custom inputs), which must not be paid again on every attempt. A count that failed
+    (SolCountError) is remembered too."""
+    return _future(definition, workload, problem_root).result()
 
 
 def score_workload(definition: Definition, workload: Workload, problem_root: Path | None,

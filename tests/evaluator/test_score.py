@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
+from services.evaluator import score
 from services.evaluator.evaluate import evaluate
 from shared.hardware import lookup
 from shared.schema import Status
@@ -48,3 +49,29 @@ def test_a_time_below_the_physical_floor_is_a_reward_hack(problem):
     assert result.status is Status.REWARD_HACK
     assert "below the physical floor" in result.message
     assert all(t.evaluation.performance is None for t in result.traces)
+
+
+def test_the_counts_start_with_the_attempt_and_are_kept(problem, monkeypatch):
+    """T_sol's counts run in the background from the attempt's start (not in its checks), once per
+    (definition, workload) for the process; a failed count is kept and gives no SOL block."""
+    counted = []
+    real = score.count_work
+
+    def counting(definition, workload, root):
+        counted.append(workload.uuid)
+        if workload.uuid == problem.workloads[1].uuid:
+            raise score.SolCountError("not countable")
+        return real(definition, workload, root)
+
+    monkeypatch.setattr(score, "count_work", counting)
+    monkeypatch.setattr(score, "_COUNTED", {})
+    config = dataclasses.replace(FAST, hardware=lookup("NVIDIA H200"))
+    progress = []
+    result = evaluate(problem, make_solution(AFFINE), config,
+                      progress=lambda message: progress.append((message, list(counted))))
+    assert result.status is Status.PASSED, result.message
+    checking = next(seen for message, seen in progress if message == "checking")
+    assert checking[:1] == [problem.workloads[0].uuid]  # begun while the children ran, not in the checks
+    assert [t.evaluation.sol is not None for t in result.traces] == [True, False]
+    evaluate(problem, make_solution(AFFINE), config)
+    assert sorted(counted) == sorted(w.uuid for w in problem.workloads)  # not again
