@@ -1,4 +1,4 @@
-"""The outer clock on a GPU (off there by default until these pass: `EvalConfig.outer_clock=None`).
+"""The outer clock on a GPU (on by default since these passed on the H200, 2026-12-03).
 Honest solutions, fast and slow, `cuda` and `pytorch`, must PASS with it on: a false positive
 would call good kernels hacks. A solution that forges its results at import must not PASS.
 
