@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 
 
 @functools.cache
@@ -24,7 +25,7 @@ def libc() -> ctypes.CDLL:
     """The C library, its functions resolved here: a forked child must not dlopen (another thread
     may have held the loader's lock at the fork)."""
     lib = ctypes.CDLL(None, use_errno=True)
-    _ = lib.prctl, lib.unshare
+    _ = lib.prctl, lib.unshare, lib.mount, lib.syscall
     return lib
 
 

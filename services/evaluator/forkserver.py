@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shared.process import PR_SET_CHILD_SUBREAPER, children_of, libc
+from shared.process import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, children_of, libc
 
 HEADER = struct.Struct("!I")
 MAX_FDS = 2
@@ -88,6 +88,7 @@ def serve(control_fd: int) -> None:
         raise RuntimeError("the fork server's imports initialised CUDA; children must start as new interpreters")
     lib = libc()
     lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    lib.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # the candidate's parent: not readable through /proc by it
     control = socket.socket(fileno=control_fd)
     exited: dict[int, int] = {}
     live: set[int] = set()
@@ -101,7 +102,8 @@ def serve(control_fd: int) -> None:
             pid = os.fork()
             if pid == 0:
                 _become_child(request, fds, lambda: _confine(
-                    request["isolate"], tuple(request["ids"]) if request["ids"] else None, lib))
+                    request["isolate"], tuple(request["ids"]) if request["ids"] else None, lib,
+                    tuple(p.encode() for p in request.get("shield", ()))))
             for fd in fds:
                 os.close(fd)
             live.add(pid)
@@ -226,12 +228,13 @@ class ForkServer:
             return server
 
     def start(self, argv: list[str], workdir: Path, log_path: Path, env: dict[str, str], isolate: bool,
-              ids: tuple[int, int] | None, channel: int) -> ForkedProcess:
+              ids: tuple[int, int] | None, channel: int, shield: tuple[str, ...] = ()) -> ForkedProcess:
         """Fork a child; `channel` (a descriptor of this process) becomes its `CLOCK_FD`."""
         read_end, write_end = os.pipe()
         try:
             reply = self._call({"op": "start", "argv": argv, "workdir": str(workdir), "log_path": str(log_path),
-                                "env": env, "isolate": isolate, "ids": list(ids) if ids else None},
+                                "env": env, "isolate": isolate, "ids": list(ids) if ids else None,
+                                "shield": list(shield)},
                                [read_end, channel])
         except BaseException:
             os.close(write_end)

@@ -71,8 +71,11 @@ class HarnessClock:
 
     def ready(self, uuid: str) -> dict[str, Any]:
         """Ask for the timed batch of workload `uuid`; returns what the evaluator hands over with `go`."""
-        _send(self._socket, {"op": "ready", "uuid": uuid})
-        line = self._reader.readline(MAX_GO_LINE)
+        try:
+            _send(self._socket, {"op": "ready", "uuid": uuid})
+            line = self._reader.readline(MAX_GO_LINE)
+        except OSError as error:  # the evaluator closed the channel first (after a violation)
+            raise ClockLost(f"the evaluator's channel is closed: {error}") from None
         try:
             message = json.loads(line)
         except ValueError:

@@ -8,7 +8,14 @@ limits on open files, file size, processes and core dumps always, and it becomes
 its descendants (a double-forked daemon stays its child, where the guards see it); when the evaluator runs as root,
 a network namespace of its own (no interface but a downed loopback) and the identity of `nobody`,
 so that it can read neither the evaluator's environment (/proc/<pid>/environ) nor files it was not
-given. `isolation()` says what was applied on this machine.
+given. Where `nobody` cannot run the interpreter (Python under a root-only home), a root evaluator's
+candidate keeps uid 0 but gets a mount namespace in which the code it runs (this package, the
+standard library, the site-packages of torch) is mounted read-only, and then gives up every
+capability: as the owner it can still read root's files, but it can neither write the code that
+later children import nor read the memory or environment of a process that is not dumpable. The
+processes that start children (the evaluator, the fork server) make themselves not dumpable
+(`protect_self`), so a candidate of the same user and without CAP_SYS_PTRACE cannot read their
+/proc/<pid>/mem or environ. `isolation()` says what is applied on this machine.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import ctypes
 import functools
 import logging
 import os
+import platform
 import pwd
 import resource
 import signal
@@ -30,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.evaluator.forkserver import CLOCK_FD, ForkServer, ServerGone
-from shared.process import PR_SET_CHILD_SUBREAPER, die_with_parent, libc, set_parent_death_signal
+from shared.process import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, die_with_parent, libc, set_parent_death_signal
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 CHILD_MODULE = "services.evaluator.child"
@@ -38,6 +46,12 @@ log = logging.getLogger(__name__)
 PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "LANG")
 LOG_TAIL_CHARS = 8000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
+PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+CAPSET_SYSCALL = {"x86_64": 126, "aarch64": 91}.get(platform.machine())  # no wrapper in glibc
+CAPABILITY_VERSION_3 = 0x20080522
+LAST_CAPABILITY = 63  # beyond the kernel's last one PR_CAPBSET_DROP fails with EINVAL: harmless
 LIMITS = {
     resource.RLIMIT_NOFILE: 4096,
     resource.RLIMIT_FSIZE: 64 << 30,  # no file larger than 64 GiB
@@ -68,10 +82,34 @@ def scrubbed_env(home: Path) -> dict[str, str]:
 def isolation() -> dict[str, bool]:
     """What confinement an untrusted child gets here: rlimits always; a private network and the
     `nobody` identity only when the evaluator runs as root (the latter also needs an interpreter
-    and libraries that `nobody` may read)."""
+    and libraries that `nobody` may read); as root without `nobody`, read-only code and no
+    capabilities (`shielded_paths`)."""
     root = os.geteuid() == 0
-    return {"limits": True, "network_namespace": root and _can_unshare_net(),
-            "unprivileged_user": unprivileged_ids() is not None}
+    nobody = unprivileged_ids() is not None
+    shield = root and not nobody and _can_shield()
+    return {"limits": True, "network_namespace": root and _can_unshare_net(), "unprivileged_user": nobody,
+            "read_only_code": shield, "no_capabilities": shield}
+
+
+def shielded_paths(ids: tuple[int, int] | None) -> tuple[str, ...]:
+    """The folders a candidate that keeps root's uid (`ids` None, the evaluator root) sees
+    read-only: this package, the standard library, the site-packages holding torch (and the
+    virtual environment's, where it lies elsewhere). Empty where the candidate runs as `nobody`
+    (it cannot write them anyway) or the evaluator is not root (it cannot mount)."""
+    if ids is not None or os.geteuid() != 0:
+        return ()
+    import torch
+
+    found = {str(PACKAGE_ROOT), os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(torch.__file__))}
+    return tuple(sorted(p for p in found if os.path.isdir(p)))
+
+
+@functools.cache
+def protect_self() -> None:
+    """This process is not dumpable from now on: a process of the same user without CAP_SYS_PTRACE
+    (a candidate that could not become `nobody`) cannot read its /proc/<pid>/mem or environ, nor
+    attach to it. Children it forks inherit it; what they exec does not."""
+    libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def unprivileged_ids() -> tuple[int, int] | None:
@@ -147,17 +185,19 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
 def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_server: bool,
            channel: int) -> tuple[subprocess.Popen, int]:
     """The child's process and the number of its channel's descriptor."""
+    protect_self()
     ids = unprivileged_ids() if isolate else None
+    shield = shielded_paths(ids) if isolate else ()
     if fork_server and args[:2] == ["-m", CHILD_MODULE]:
         try:
             server = ForkServer.get(scrubbed_env(Path(tempfile.gettempdir())), _start_server)
-            forked = server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids, channel)
+            forked = server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids, channel, shield)
             return forked, CLOCK_FD
         except ServerGone:
             log.exception("no fork server: starting the child as a new interpreter")
     # Decided before the fork, per call (attempts may start children from several threads at once):
     # between fork and exec the hook only calls what was resolved here.
-    confine = functools.partial(_confine, isolate, ids, libc())
+    confine = functools.partial(_confine, isolate, ids, libc(), tuple(p.encode() for p in shield))
 
     def spawn() -> subprocess.Popen:
         with open(log_path, "wb") as log_file:
@@ -242,12 +282,13 @@ def _tail(path: Path) -> str:
     return data.decode(errors="replace")
 
 
-def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL) -> None:
+def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, shield: tuple[bytes, ...] = ()) -> None:
     """Runs in the child between fork and exec. Every child dies with the evaluator (a SIGKILLed
     evaluator leaves no candidate spinning on its GPU). An isolated one then gets limits, network,
-    identity, in that order (the last gives up the privileges the first two need). The evaluator
-    has other threads, so nothing here may take a lock one of them could have held at the fork: no
-    dlopen (`lib` was loaded before), no imports."""
+    read-only code (`shield`, where it keeps root's uid), identity or no capabilities, in that
+    order (the last gives up the privileges the others need). The evaluator has other threads, so
+    nothing here may take a lock one of them could have held at the fork: no dlopen (`lib` was
+    loaded before), no imports."""
     if isolate:
         for limit, value in LIMITS.items():
             resource.setrlimit(limit, (value, value))
@@ -261,7 +302,51 @@ def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL) -> No
                 os.setgroups([])
                 os.setgid(gid)
                 os.setuid(uid)
+            elif shield:
+                if not _mount_read_only(shield, lib):
+                    os.write(2, b"kernelswarm sandbox: no mount namespace here; the code stays writable\n")
+                if not _drop_capabilities(lib):
+                    os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
     set_parent_death_signal(signal.SIGKILL, lib)  # the forking thread is `_spawner`'s
+
+
+def _mount_read_only(paths: tuple[bytes, ...], lib: ctypes.CDLL) -> bool:
+    """In a mount namespace of its own (changes stay in it): each path bound onto itself read-only."""
+    if lib.unshare(CLONE_NEWNS) != 0 or lib.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    for path in paths:
+        if lib.mount(path, path, None, MS_BIND | MS_REC, None) != 0:
+            return False
+        if lib.mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None) != 0:
+            return False
+    return True
+
+
+def _drop_capabilities(lib: ctypes.CDLL) -> bool:
+    """Every capability gone, for good: the bounding set emptied (no exec gives any back), no new
+    privileges, effective, permitted and inheritable sets empty. The uid stays 0."""
+    lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    for capability in range(LAST_CAPABILITY + 1):
+        lib.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)
+    if CAPSET_SYSCALL is None:
+        return False
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable}, all zero
+    return lib.syscall(CAPSET_SYSCALL, header, data) == 0
+
+
+@functools.cache
+def _can_shield() -> bool:
+    """Whether a child here can mount read-only in a namespace of its own and drop its capabilities
+    (containers without CAP_SYS_ADMIN cannot): tried on a folder of its own."""
+    with tempfile.TemporaryDirectory() as folder:
+        code = ("import ctypes, os, sys; sys.path.insert(0, %r); "
+                "from services.evaluator.sandbox import _mount_read_only, _drop_capabilities; "
+                "lib = ctypes.CDLL(None, use_errno=True); "
+                "ok = _mount_read_only((%r,), lib) and _drop_capabilities(lib); "
+                "sys.exit(0 if ok and not os.access(%r, os.W_OK) else 1)") % (
+                    str(PACKAGE_ROOT), folder.encode(), folder)
+        return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 
 def _can_unshare_net() -> bool:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import textwrap
 import time
 from collections.abc import Iterator
@@ -46,8 +47,14 @@ HACK = Status.REWARD_HACK
 WRONG = Status.INCORRECT_NUMERICAL
 AS_NOBODY = isolation()["unprivileged_user"]
 NO_NETWORK = isolation()["network_namespace"]
+READ_ONLY_CODE = isolation()["read_only_code"]
+# Where the candidate runs as `nobody`, keeps root's uid without capabilities, or runs as the
+# same non-root user (which never had CAP_SYS_PTRACE), a process that is not dumpable is closed to it.
+PROC_CLOSED = AS_NOBODY or isolation()["no_capabilities"] or os.geteuid() != 0
 NOT_AS_NOBODY = ("here the candidate runs as the evaluator's user (not root, or Python lives where `nobody` "
-                 "cannot read): it may read what the evaluator may")
+                 "cannot read) and the code could not be mounted read-only: it may write what the evaluator may")
+ROOT_WITH_CAPABILITIES = ("here the candidate keeps root's uid and its capabilities (no `nobody`, and they "
+                          "could not be dropped): it may read any process")
 
 # Prepended to probe cases: the right answer only when the probe found its way in. (Indented
 # like the cases' own code, which make_solution dedents.)
@@ -759,6 +766,34 @@ CASES = [
         def run(x, w, b, y):
             _answer(_parent_secrets(), x, w, b, y)
         """, caught="correctness round 0"),
+    # Reads the memory of the evaluator itself (its parent's parent: the fork server's parent, or
+    # its parent where there is no fork server), where the expected outputs live during the run:
+    # a few bytes of its stack's first page, found through /proc/<pid>/maps.
+    Case("reads_the_evaluators_memory", WRONG, ANSWER_IF + """
+        import os
+        from pathlib import Path
+
+        def _ancestors():
+            pid = os.getppid()
+            yield pid
+            try:
+                yield int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+
+        def _readable(pid):
+            try:
+                maps = Path(f"/proc/{pid}/maps").read_text()
+                start = next(int(line.split("-")[0], 16) for line in maps.splitlines() if "[stack]" in line)
+                with open(f"/proc/{pid}/mem", "rb") as mem:
+                    mem.seek(start)
+                    return len(mem.read(64)) == 64
+            except (OSError, StopIteration, ValueError):
+                return False
+
+        def run(x, w, b, y):
+            _answer(any(_readable(pid) for pid in _ancestors()), x, w, b, y)
+        """, caught="correctness round 0"),
     # Opens the evaluator's own source for writing (and writes nothing): a later attempt would
     # import whatever it wrote.
     Case("opens_the_evaluator_source_for_writing", WRONG, ANSWER_IF + """
@@ -911,8 +946,10 @@ def attempts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 def _param(case: Case):
     marks = []
-    if case.id == "reads_the_evaluators_environment" or case.id == "opens_the_evaluator_source_for_writing":
-        marks.append(pytest.mark.xfail(not AS_NOBODY, reason=NOT_AS_NOBODY, strict=True))
+    if case.id in ("reads_the_evaluators_environment", "reads_the_evaluators_memory"):
+        marks.append(pytest.mark.xfail(not PROC_CLOSED, reason=ROOT_WITH_CAPABILITIES, strict=True))
+    if case.id == "opens_the_evaluator_source_for_writing":
+        marks.append(pytest.mark.xfail(not (AS_NOBODY or READ_ONLY_CODE), reason=NOT_AS_NOBODY, strict=True))
     if case.id == "connects_to_the_network":
         marks.append(pytest.mark.xfail(not NO_NETWORK, reason="no network namespace here", strict=True))
     return pytest.param(case, id=case.id, marks=marks)
