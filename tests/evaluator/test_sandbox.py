@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -117,3 +118,43 @@ def test_fork_server_false_starts_a_new_interpreter(tmp_path):
     assert isinstance(child.process, subprocess.Popen)
     assert finish_child(child, "", 60).exit_code == 0
     child.channel.close()
+
+
+PROBE = textwrap.dedent("""
+    import json, os, sys
+    from pathlib import Path
+    status = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    try:
+        Path(f"/proc/{os.getppid()}/environ").read_bytes()
+        parent = True
+    except OSError:
+        parent = False
+    Path("probe.json").write_text(json.dumps({
+        "uid": os.getuid(), "capabilities": int(status["CapEff"], 16) | int(status["CapPrm"], 16),
+        "bounding": int(status["CapBnd"], 16), "code_writable": os.access(sys.argv[1], os.W_OK),
+        "parent_environ": parent}))
+""")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as a user without privileges the candidate runs as that user, "
+                                               "with limits only (docs/deploy.md)")
+def test_an_isolated_child_has_no_capabilities_no_writable_code_and_no_view_of_its_parent(tmp_path):
+    """As `nobody` or, where `nobody` cannot run the interpreter, as root without capabilities in
+    a mount namespace where the code is read-only; either way its parent (here: this process,
+    which made itself not dumpable when it started the child) is closed to it."""
+    from services.evaluator.sandbox import PACKAGE_ROOT, finish_child, isolation, start_child, unprivileged_ids
+
+    tmp_path.chmod(0o777)  # where it runs as `nobody`, its home must be writable by it
+    child = start_child(["-c", PROBE, str(PACKAGE_ROOT / "services" / "evaluator")], tmp_path, tmp_path / "c.log",
+                        isolate=True, fork_server=False)
+    run = finish_child(child, "", 60)
+    child.channel.close()
+    assert run.exit_code == 0, run.log
+    probe = json.loads((tmp_path / "probe.json").read_text())
+    assert probe["uid"] == (unprivileged_ids() or (0, 0))[0]
+    if unprivileged_ids() is None:  # root's uid kept: what stands in for `nobody`
+        assert isolation()["read_only_code"] and isolation()["no_capabilities"], "confinement not applied here"
+        assert probe["bounding"] == 0
+    assert probe["capabilities"] == 0
+    assert not probe["code_writable"]
+    assert not probe["parent_environ"]
