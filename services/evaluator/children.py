@@ -73,17 +73,19 @@ class ChildResults:
 
 
 def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild], job: dict[str, Any],
-           hand_over: Callable[[str], dict[str, Any]] = lambda uuid: {}) -> ChildResults:
+              hand_over: Callable[[str], dict[str, Any]] = lambda uuid: {},
+              seal: Callable[[str, int], None] | None = None) -> ChildResults:
     """Runs one role's job. The candidate's folders are handed over before its child starts: a
     child forked at once would otherwise enter its home while it is still the evaluator's. The
-    outer clock, where on, serves its channel meanwhile (`hand_over(uuid)` at each `ready`)."""
+    outer clock, where on, serves its channel meanwhile (`hand_over(uuid)` at each `ready`,
+    `seal(uuid, runs)` at each `end`)."""
     result_path = home / "result.json"
     job["result_path"] = str(result_path)
     untrusted = job["role"] == "candidate"
     if untrusted:
         hand_over_folders(home, Path(job["inputs_dir"]), Path(job["outputs_dir"]))
     child = start()
-    clock = OuterClock(child.channel, [w["uuid"] for w in job["workloads"]], hand_over) \
+    clock = OuterClock(child.channel, [w["uuid"] for w in job["workloads"]], hand_over, seal) \
         if config.uses_outer_clock else None
     job["clock_fd"] = child.channel_fd if clock is not None else None
     job_path = home / "job.json"

@@ -28,7 +28,7 @@ from services.evaluator.children import run_child
 from services.evaluator.correctness import Check, compare
 from services.evaluator.inputs import NOT_REPRODUCED
 from services.evaluator.nvcc import BuildCache, arch_for
-from services.evaluator.outer_clock import timed_hand_over
+from services.evaluator.outer_clock import Sealer, timed_hand_over
 from services.evaluator.sandbox import StartedChild, start_child
 from services.evaluator.spares import HOMES, SPARE_READY_S, Spare, Spares, discard
 from services.evaluator.score import count_ahead, hardware_for, score_workload
@@ -238,6 +238,8 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     rounds = config.correctness_rounds
     timed = {workloads[i].uuid: (i, ref_results[i]) for i in runnable}
     hand_over = timed_hand_over(dirs["timed"], dirs["inputs"], rounds, timed)
+    sealer = Sealer(dirs["outputs"], rounds, {uuid: i for uuid, (i, _) in timed.items()}, lambda name: _set_limit(expected, name)) \
+        if clock else None
     candidate = run_child(dirs["cand"], config, lambda: children.started("candidate"), dict(
         common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
         entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
@@ -252,7 +254,8 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         # workload's sets are files in `inputs_dir`.
         set_seeds=[_given(ref_results[i].get("set_seeds"), rounds, clock) for i in runnable],
         set_digests=[_given(ref_results[i].get("set_digests"), rounds, clock) for i in runnable]),
-        hand_over)
+        hand_over, sealer.seal if sealer else None)
+    sealed = sealer.wait() if sealer else None
     sent = [workloads[i].uuid for i in runnable]
     children.phases["candidate"] = candidate.phases
     known_compile = {**(config.compile_baselines or {}), **compiled}
@@ -266,7 +269,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
             outcomes[index] = _Outcome(Status.REWARD_HACK, forged)
             continue
         check = check_sets(problem, workloads[index], index, config.correctness_rounds, dirs["outputs"], expected,
-                           device, timed_runs(result, ref_results[index]["timed_sets"]))
+                           device, timed_runs(result, ref_results[index]["timed_sets"]), sealed)
         latency, eager = result["latency"]["median_ms"], ref_results[index]["latency"]["median_ms"]
         verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, latency, eager,
                                  known_compile.get(workloads[index].uuid)) if check.status is Status.PASSED else None
@@ -325,6 +328,12 @@ def _summarize(traces: list[Trace], compiled: dict[str, float]) -> AttemptResult
     sols = [t.evaluation.sol.score for t in traces if t.evaluation.sol is not None]
     score = problem_score(sols) if len(sols) == len(traces) else None
     return AttemptResult(Status.PASSED, traces, latency, speedup, len(passed), "", score, compiled)
+
+
+def _set_limit(expected: dict[str, dict[str, object]], name: str) -> int:
+    """The most bytes a candidate's output file for set `name` may hold to be read: what the
+    expected outputs take, plus a header's room."""
+    return sum(v.nbytes for v in expected.get(name, {}).values() if isinstance(v, torch.Tensor)) + (1 << 20)
 
 
 def warm_up(device: str) -> None:

@@ -10,6 +10,8 @@ and answers `go`; the harness makes the timed sets, runs the timed loop, saves t
 and sends `end` with its runs, the sum of its samples and their median; the evaluator stamps
 `end`. The window is end - begin. The reference child runs the same protocol, so that its window
 calibrates what the batch costs beyond the runs themselves (making the sets, saving, the loop).
+At the candidate's `end` the evaluator also copies that workload's timed outputs (`Sealer`): what
+is checked is what existed when the window closed, not what the solution wrote after it.
 
 The verdict (`judge`, in the evaluator): a candidate whose window exceeds what it reports plus the
 reference's overhead per timed set, times `K_OVERHEAD`, plus `SLACK_MS`, spent time it did not
@@ -33,7 +35,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import socket
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -116,8 +120,9 @@ class OuterClock:
     runs at `ready` (before `begin` is stamped) and returns what `go` carries."""
 
     def __init__(self, channel: socket.socket, uuids: list[str],
-                 hand_over: Callable[[str], dict[str, Any]]) -> None:
-        self.channel, self.uuids, self.hand_over = channel, uuids, hand_over
+                 hand_over: Callable[[str], dict[str, Any]],
+                 seal: Callable[[str, int], None] | None = None) -> None:
+        self.channel, self.uuids, self.hand_over, self.seal = channel, uuids, hand_over, seal
         self.windows: dict[str, Window] = {}
         self.violation: str | None = None
         self._open: str | None = None  # the workload whose `go` was sent last, until its `end`
@@ -183,6 +188,8 @@ class OuterClock:
                 return f"an `end` the evaluator cannot read: {line[:200]!r}"
             self.windows[uuid] = Window(uuid, self.windows[uuid].begin_s, now, runs, total, median)
             self._open = None
+            if self.seal is not None:  # what its timed runs left, as it is now (`Sealer`)
+                self.seal(uuid, runs)
             return None
         return f"an unknown message on the evaluator's channel: {line[:200]!r}"
 
@@ -224,6 +231,71 @@ def judge(latency: dict[str, Any], window: Window | None, reference: Window | No
             f"runs, whose reported times (median {window.median_ms:.4g} ms) and the reference's overhead explain "
             f"at most {allowed:.1f} ms: time spent that the solution's timer did not report (a tampered timer or "
             f"forged results)")
+
+
+class Sealer:
+    """The candidate's timed outputs as they were when its window closed. At `end` the evaluator
+    starts copying that workload's timed output files into its own memory (a thread per workload,
+    so the candidate does not wait); the checks read these copies. Without them a solution could
+    close its window at once and make its timed outputs afterwards, out of the outer clock's sight:
+    a file, or a mapping of it, stays writable through what it opened before. A timed output that
+    was not there at `end` is None (`checks.check_sets`: made after the window if it is there now);
+    one larger than its outputs can be keeps only its header (`Oversized`)."""
+
+    def __init__(self, outputs_dir: Path, rounds: int, indices: dict[str, int], limit: Callable[[str], int]) -> None:
+        self.outputs_dir, self.rounds, self.indices, self.limit = outputs_dir, rounds, indices, limit
+        self.sealed: dict[str, bytes | Oversized | None] = {}
+        self._threads: list[threading.Thread] = []
+
+    def seal(self, uuid: str, runs: int) -> None:
+        names = [f"w{self.indices[uuid]}_s{s}" for s in range(self.rounds, self.rounds + max(0, runs))]
+        thread = threading.Thread(target=self._copy, args=(names,), name="outer-clock-seal", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _copy(self, names: list[str]) -> None:
+        for name in names:
+            self.sealed[name] = _read_regular(self.outputs_dir / f"{name}.st", self.limit(name))
+
+    def wait(self) -> dict[str, bytes | Oversized | None]:
+        """Every copy done (after the candidate's end); the copies by set name (`w<i>_s<s>`)."""
+        for thread in self._threads:
+            thread.join()
+        return self.sealed
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """A timed output file larger than its outputs can be (`Sealer`'s limit): only its header was
+    kept, which says what it holds (`checks.check_sets` turns it into the shape or dtype it got
+    wrong, or a hack where its outputs are right and the rest is padding)."""
+    header: bytes
+
+
+MAX_HEADER = 1 << 20
+
+
+def _read_regular(path: Path, limit: int) -> bytes | Oversized | None:
+    """The file's bytes if it is a regular file (not a link, a pipe or a device: the candidate
+    names them) of at most `limit` bytes; its header only if larger; None if it is not there or
+    not a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        with os.fdopen(os.dup(fd), "rb") as file:
+            if info.st_size <= limit:
+                return file.read(info.st_size)
+            head = file.read(8)
+            return Oversized(head + file.read(min(int.from_bytes(head, "little"), MAX_HEADER)))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def timed_hand_over(timed_dir: Path, inputs_dir: Path, rounds: int,

@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 from typing import Any, BinaryIO
 
+import safetensors.torch
 import torch
 from safetensors import safe_open
 
@@ -119,6 +120,27 @@ def _write_staged(file: BinaryIO, raw: torch.Tensor, stage: torch.Tensor) -> Non
         part = stage.narrow(0, 0, min(chunk, raw.numel() - start))
         part.copy_(raw.narrow(0, start, part.numel()), non_blocking=False)
         file.write(memoryview(part.numpy()))
+
+
+def loads(data: bytes, device: torch.device | str = "cpu", header_only: bool = False) -> dict[str, Any]:
+    """`load` of a set file's bytes held in memory (the outer clock's sealed copies). With
+    `header_only` (`data` is the file's beginning up to its header's end), each tensor is an empty
+    one on the meta device with the shape and dtype the header gives."""
+    size = int.from_bytes(data[:8], "little")
+    layout = json.loads(json.loads(data[8:8 + size])["__metadata__"][_META])
+    tensors = safetensors.torch.load(data) if not header_only else {}
+    values: dict[str, Any] = {}
+    for name, entry in layout.items():
+        if entry["kind"] == "tensor" and header_only:
+            values[name] = torch.empty(entry["shape"], dtype=getattr(torch, entry["dtype"]), device="meta")
+        elif entry["kind"] == "tensor":
+            raw = tensors[name].to(device)
+            values[name] = raw.view(getattr(torch, entry["dtype"])).reshape(entry["shape"])
+        elif entry["kind"] == "scalar":
+            values[name] = entry["value"]
+        else:
+            values[name] = NotATensor(entry["type"])
+    return values
 
 
 def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:

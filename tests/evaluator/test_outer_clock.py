@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 import pytest
 
 from services.evaluator.outer_clock import (
-    K_OVERHEAD, SLACK_MS, SPREAD, ClockLost, HarnessClock, OuterClock, Window, accounted_ms, allowed_ms, judge,
-    overhead_per_set_ms, timed_hand_over,
+    K_OVERHEAD, SLACK_MS, SPREAD, ClockLost, HarnessClock, OuterClock, Oversized, Sealer, Window, accounted_ms, allowed_ms,
+    judge, overhead_per_set_ms, timed_hand_over,
 )
 
 # The reference: a window of 10 ms over 5 timed sets, 5 ms of it its own calls: 1 ms per set.
@@ -62,9 +63,9 @@ def test_a_report_without_its_window_or_unlike_it_is_forged() -> None:
 class _Served:
     """An OuterClock serving one end of a socket pair; the test plays the harness on the other."""
 
-    def __init__(self, uuids: list[str], hand_over=lambda uuid: {"set_seeds": [7, 8]}) -> None:
+    def __init__(self, uuids: list[str], hand_over=lambda uuid: {"set_seeds": [7, 8]}, seal=None) -> None:
         ours, theirs = socket.socketpair()
-        self.clock = OuterClock(ours, uuids, hand_over)
+        self.clock = OuterClock(ours, uuids, hand_over, seal)
         self.harness = HarnessClock(os.dup(theirs.fileno()))
         theirs.close()
         self.clock.start()
@@ -153,3 +154,71 @@ def test_the_hand_over_gives_the_timed_seeds_or_moves_the_timed_files(tmp_path: 
     assert sorted(p.name for p in inputs.iterdir()) == []
     assert hand_over("files") == {"set_seeds": None}
     assert sorted(p.name for p in inputs.iterdir()) == ["w1_s2.st", "w1_s3.st"] and not list(timed.iterdir())
+
+
+def test_the_sealer_keeps_the_timed_outputs_as_they_were_at_end(tmp_path: Path) -> None:
+    """Copies of workload 3's timed outputs (sets 2 and 3 after 2 rounds) taken at `end`: later
+    writes, through the path or a descriptor opened before, change nothing; a set missing then, or
+    that is not a regular file of at most its limit (a link, a pipe that would block the read, an
+    oversized file), has no copy."""
+    (tmp_path / "w3_s2.st").write_bytes(b"at end")
+    early = open(tmp_path / "w3_s3.st", "wb")  # opened before `end`, written after it
+    early.write(b"x" * 10)
+    early.flush()
+    sealer = Sealer(tmp_path, 2, {"u": 3}, lambda name: 10)
+    sealer.seal("u", 2)
+    copies = sealer.wait()
+    (tmp_path / "w3_s2.st").write_bytes(b"afterwards")
+    early.seek(0)
+    early.write(b"y" * 10)
+    early.close()
+    assert copies == {"w3_s2": b"at end", "w3_s3": b"x" * 10}
+
+    (tmp_path / "w4_s2.st").symlink_to(tmp_path / "w3_s2.st")
+    os.mkfifo(tmp_path / "w4_s3.st")
+    other = Sealer(tmp_path, 2, {"v": 4}, lambda name: 10)
+    other.seal("v", 3)
+    assert other.wait() == {"w4_s2": None, "w4_s3": None, "w4_s4": None}
+
+
+def test_an_oversized_timed_output_keeps_its_header_and_is_judged_by_it(tmp_path: Path) -> None:
+    """Larger than the expected outputs allow: the header says what it got wrong (a dtype here,
+    INCORRECT_DTYPE as a file read whole would say), and right outputs padded with more bytes are
+    a hack (the harness writes nothing else)."""
+    import torch
+
+    from services.evaluator import tensorfile
+    from services.evaluator.checks import check_sets
+    from evalkit import affine_definition, affine_workloads, make_problem
+
+    problem = make_problem(tmp_path / "p", affine_definition(), affine_workloads())
+    workload = problem.workloads[0]
+    y = torch.ones(workload.axes["n"], 16)
+    expected = {f"w0_s{s}": {"y": y} for s in range(2)}
+    outputs = tmp_path / "out"
+    outputs.mkdir()
+    tensorfile.save({"y": y}, outputs / "w0_s0.st")  # the correctness round: right
+    honest = (outputs / "w0_s0.st").stat().st_size
+    limit = lambda name: honest  # noqa: E731 - (the evaluator's: the expected outputs' bytes and 1 MiB)
+    for timed, status in (({"y": y.double()}, "INCORRECT_DTYPE"), ({"y": y, "pad": torch.zeros(4096)}, "REWARD_HACK")):
+        tensorfile.save(timed, outputs / "w0_s1.st")
+        sealer = Sealer(outputs, 1, {"u": 0}, limit)
+        sealer.seal("u", 1)
+        sealed = sealer.wait()
+        assert isinstance(sealed["w0_s1"], Oversized)
+        check = check_sets(problem, workload, 0, 1, outputs, expected, torch.device("cpu"), 1, sealed)
+        assert check.status.value == status, check.message
+        assert "timed run on input set 1" in check.message
+
+
+def test_the_seal_runs_at_end_and_not_before(tmp_path: Path) -> None:
+    sealed = []
+    served = _Served(["a"], seal=lambda uuid, runs: sealed.append((uuid, runs)))
+    served.harness.ready("a")
+    assert sealed == []
+    served.harness.end("a", 3, 3.0, 1.0)
+    deadline = time.monotonic() + 10
+    while not sealed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    served.stop()
+    assert sealed == [("a", 3)] and served.clock.windows["a"].end_s is not None

@@ -105,7 +105,7 @@ def _send(channel, **message):
     channel.sendall(json.dumps(message).encode() + b"\\n")
 
 
-def _forge(handshake=False, use_go=False, slow_s=0.0):
+def _forge(handshake=False, use_go=False, slow_s=0.0, late=False):
     rounds, results = JOB["correctness_rounds"], []
     channel = socket.socket(fileno=JOB["clock_fd"]) if handshake else None
     for index, workload, timed_sets, seeds in zip(JOB["indices"], JOB["workloads"], JOB["timed_sets"],
@@ -116,9 +116,12 @@ def _forge(handshake=False, use_go=False, slow_s=0.0):
             _send(channel, op="ready", uuid=workload["uuid"])
             go = json.loads(channel.makefile("rb").readline())
             seeds = [*seeds[:rounds], *go["set_seeds"]] if use_go else seeds[:rounds]
+        if handshake and late:  # the window closed first, the outputs made after it
+            _send(channel, op="end", uuid=workload["uuid"], runs=timed_sets, total_ms=timed_sets * 1e-6,
+                  median_ms=1e-6)
         for s in range(rounds, rounds + timed_sets):
             _save(index, workload, seeds, s, slow_s)
-        if handshake:
+        if handshake and not late:
             _send(channel, op="end", uuid=workload["uuid"], runs=timed_sets, total_ms=timed_sets * 1e-6,
                   median_ms=1e-6)
         results.append({"uuid": workload["uuid"], "status": "OK", "latency": {**FAKE, "runs": timed_sets}})
@@ -874,6 +877,16 @@ OUTER_CLOCK = [
         def run(x, w, b, y):
             y.zero_()
         """, caught="the evaluator's own clock measured"),
+    # The same, but it closes the window (`end`) before it makes the timed outputs, slowly.
+    Case("makes_its_timed_outputs_after_the_window", HACK, FORGE + """
+        import os
+
+        _forge(handshake=True, use_go=True, slow_s=0.1, late=True)
+        os._exit(0)
+
+        def run(x, w, b, y):
+            y.zero_()
+        """, caught="after the window"),
 ]
 # With the outer clock off, the first two pass again: it is the outer clock that catches them.
 REOPENED = [dataclasses.replace(c, id=f"{c.id}_without_the_outer_clock", status=Status.PASSED,
