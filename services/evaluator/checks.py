@@ -24,7 +24,7 @@ def timed_runs(result: dict[str, Any], timed_sets: int) -> int:
 
 def check_sets(problem: Problem, workload: Workload, index: int, rounds: int, outputs_dir: Path,
                expected_sets: dict[str, dict[str, Any]], device: torch.device, runs: int,
-               sealed: dict[str, bytes | Oversized | None] | None = None) -> Check:
+               sealed: dict[str, bytearray | Oversized | None] | None = None) -> Check:
     """Every correctness round and the outputs of every timed run (`runs`, from `timed_runs`: each
     had its own input set), every output tensor. `sealed`, where the outer clock is on: the timed
     runs' outputs as they were when the candidate's window closed (`outer_clock.Sealer`)."""

@@ -235,8 +235,9 @@ def judge(latency: dict[str, Any], window: Window | None, reference: Window | No
 
 class Sealer:
     """The candidate's timed outputs as they were when its window closed. At `end` the evaluator
-    starts copying that workload's timed output files into its own memory (a thread per workload,
-    so the candidate does not wait); the checks read these copies. Without them a solution could
+    copies that workload's timed output files into its own memory, in the clock's thread: the
+    candidate goes on with its next workload's correctness rounds meanwhile, and its next `go`
+    waits for the copy, so that no copying competes with a timed batch. The checks read these copies. Without them a solution could
     close its window at once and make its timed outputs afterwards, out of the outer clock's sight:
     a file, or a mapping of it, stays writable through what it opened before. A timed output that
     was not there at `end` is None (`checks.check_sets`: made after the window if it is there now);
@@ -244,23 +245,15 @@ class Sealer:
 
     def __init__(self, outputs_dir: Path, rounds: int, indices: dict[str, int], limit: Callable[[str], int]) -> None:
         self.outputs_dir, self.rounds, self.indices, self.limit = outputs_dir, rounds, indices, limit
-        self.sealed: dict[str, bytes | Oversized | None] = {}
-        self._threads: list[threading.Thread] = []
+        self.sealed: dict[str, bytearray | Oversized | None] = {}
 
     def seal(self, uuid: str, runs: int) -> None:
-        names = [f"w{self.indices[uuid]}_s{s}" for s in range(self.rounds, self.rounds + max(0, runs))]
-        thread = threading.Thread(target=self._copy, args=(names,), name="outer-clock-seal", daemon=True)
-        thread.start()
-        self._threads.append(thread)
-
-    def _copy(self, names: list[str]) -> None:
-        for name in names:
+        for s in range(self.rounds, self.rounds + max(0, runs)):
+            name = f"w{self.indices[uuid]}_s{s}"
             self.sealed[name] = _read_regular(self.outputs_dir / f"{name}.st", self.limit(name))
 
-    def wait(self) -> dict[str, bytes | Oversized | None]:
-        """Every copy done (after the candidate's end); the copies by set name (`w<i>_s<s>`)."""
-        for thread in self._threads:
-            thread.join()
+    def wait(self) -> dict[str, bytearray | Oversized | None]:
+        """The copies by set name (`w<i>_s<s>`), once the candidate has ended."""
         return self.sealed
 
 
@@ -275,7 +268,7 @@ class Oversized:
 MAX_HEADER = 1 << 20
 
 
-def _read_regular(path: Path, limit: int) -> bytes | Oversized | None:
+def _read_regular(path: Path, limit: int) -> bytearray | Oversized | None:
     """The file's bytes if it is a regular file (not a link, a pipe or a device: the candidate
     names them) of at most `limit` bytes; its header only if larger; None if it is not there or
     not a regular file."""
@@ -287,9 +280,11 @@ def _read_regular(path: Path, limit: int) -> bytes | Oversized | None:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None
-        with os.fdopen(os.dup(fd), "rb") as file:
+        with os.fdopen(os.dup(fd), "rb", buffering=0) as file:
             if info.st_size <= limit:
-                return file.read(info.st_size)
+                data = bytearray(info.st_size)  # writable: the checks view it without a copy
+                got = file.readinto(data)
+                return data if got == info.st_size else data[:got]
             head = file.read(8)
             return Oversized(head + file.read(min(int.from_bytes(head, "little"), MAX_HEADER)))
     except OSError:

@@ -21,7 +21,6 @@ import logging
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import safetensors.torch
 import torch
 from safetensors import safe_open
 
@@ -122,20 +121,31 @@ def _write_staged(file: BinaryIO, raw: torch.Tensor, stage: torch.Tensor) -> Non
         file.write(memoryview(part.numpy()))
 
 
-def loads(data: bytes, device: torch.device | str = "cpu", header_only: bool = False) -> dict[str, Any]:
-    """`load` of a set file's bytes held in memory (the outer clock's sealed copies). With
+def loads(data: bytes | bytearray, device: torch.device | str = "cpu", header_only: bool = False) -> dict[str, Any]:
+    """`load` of a set file's bytes held in memory (the outer clock's sealed copies): each tensor a
+    view of `data` where it lies (on the CPU no copy is made; keep `data` alive). With
     `header_only` (`data` is the file's beginning up to its header's end), each tensor is an empty
     one on the meta device with the shape and dtype the header gives."""
+    if isinstance(data, bytes) and not header_only:
+        data = bytearray(data)  # torch views only writable buffers without a warning
     size = int.from_bytes(data[:8], "little")
-    layout = json.loads(json.loads(data[8:8 + size])["__metadata__"][_META])
-    tensors = safetensors.torch.load(data) if not header_only else {}
+    header = json.loads(bytes(data[8:8 + size]))
+    layout = json.loads(header["__metadata__"][_META])
     values: dict[str, Any] = {}
     for name, entry in layout.items():
-        if entry["kind"] == "tensor" and header_only:
-            values[name] = torch.empty(entry["shape"], dtype=getattr(torch, entry["dtype"]), device="meta")
-        elif entry["kind"] == "tensor":
-            raw = tensors[name].to(device)
-            values[name] = raw.view(getattr(torch, entry["dtype"])).reshape(entry["shape"])
+        if entry["kind"] == "tensor":
+            dtype = getattr(torch, entry["dtype"])
+            if header_only:
+                values[name] = torch.empty(entry["shape"], dtype=dtype, device="meta")
+                continue
+            begin, end = (8 + size + int(o) for o in header[name]["data_offsets"])
+            if not 8 + size <= begin <= end <= len(data):
+                raise ValueError(f"tensor {name!r} lies outside the file")
+            raw = torch.frombuffer(data, dtype=torch.uint8, count=end - begin, offset=begin) if end > begin \
+                else torch.empty(0, dtype=torch.uint8)
+            if begin % 16:  # not aligned for a view as a wider dtype: a copy of its own
+                raw = raw.clone()
+            values[name] = raw.to(device).view(dtype).reshape(entry["shape"])
         elif entry["kind"] == "scalar":
             values[name] = entry["value"]
         else:

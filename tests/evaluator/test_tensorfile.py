@@ -65,9 +65,15 @@ def save_file_way(values: dict[str, Any], path: Path) -> None:
 
 
 def assert_round_trip(values: dict[str, Any], path: Path) -> None:
-    """`values` as saved at `path` come back bit for bit through `load` and through safetensors' reader."""
+    """`values` as saved at `path` come back bit for bit through `load`, through `loads` of the
+    file's bytes (the outer clock's sealed copies) and through safetensors' reader."""
     loaded = tensorfile.load(path)
     assert list(loaded) == list(values)
+    from_bytes = tensorfile.loads(bytearray(path.read_bytes()))
+    assert list(from_bytes) == list(values)
+    for name, value in values.items():
+        if isinstance(value, torch.Tensor):
+            assert same_bits(from_bytes[name], value) and from_bytes[name].shape == value.shape, name
     with safe_open(str(path), framework="pt") as handle:
         layout = json.loads(handle.metadata()["kernelswarm"])
         for name, value in values.items():
@@ -111,10 +117,10 @@ def test_views_shared_storage_and_non_contiguous_layouts(tmp_path, stage_all):
 def test_scalars_none_and_other_values_travel_in_the_header(tmp_path, stage_all):
     values = {"eps": 1e-6, "k": 3, "flag": True, "nothing": None, "x": torch.ones(2), "weird": object()}
     tensorfile.save(values, tmp_path / "mixed.st", stage_all=stage_all)
-    loaded = tensorfile.load(tmp_path / "mixed.st")
-    assert [loaded[k] for k in ("eps", "k", "flag", "nothing")] == [1e-6, 3, True, None]
-    assert isinstance(loaded["weird"], NotATensor) and loaded["weird"].type_name == "object"
-    assert torch.equal(loaded["x"], torch.ones(2))
+    for loaded in (tensorfile.load(tmp_path / "mixed.st"), tensorfile.loads((tmp_path / "mixed.st").read_bytes())):
+        assert [loaded[k] for k in ("eps", "k", "flag", "nothing")] == [1e-6, 3, True, None]
+        assert isinstance(loaded["weird"], NotATensor) and loaded["weird"].type_name == "object"
+        assert torch.equal(loaded["x"], torch.ones(2))
 
 
 def test_a_set_without_tensors_is_a_header_alone(tmp_path):
