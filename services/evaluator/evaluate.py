@@ -29,7 +29,7 @@ from services.evaluator.correctness import Check, compare
 from services.evaluator.inputs import NOT_REPRODUCED
 from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.outer_clock import Sealer, timed_hand_over
-from services.evaluator.sandbox import StartedChild, start_child
+from services.evaluator.sandbox import StartedChild, memory_limit, start_child
 from services.evaluator.spares import HOMES, SPARE_READY_S, Spare, Spares, discard
 from services.evaluator.score import count_ahead, hardware_for, score_workload
 from services.evaluator.scratch import make_folder, sweep_folders
@@ -173,7 +173,8 @@ class _Children:
         if spare is None:
             home = self.dirs["ref" if role == "reference" else "cand"]
             return start_child([*CHILD, "--wait", self.config.device], home, home / "child.log",
-                               isolate=role == "candidate", fork_server=self.config.fork_server)
+                               isolate=role == "candidate", fork_server=self.config.fork_server,
+                               memory_bytes=memory_limit(self.config.device))
         return spare.child
 
     def wait_ready(self) -> None:

@@ -4,7 +4,8 @@ The child gets only what it needs (PATH, a private HOME and TMPDIR, the import p
 package, the GPU it may use); the parent kills the whole process group when time runs out.
 
 An untrusted child (`isolate=True`) is also confined, as far as the evaluator's privileges allow:
-limits on open files, file size, processes and core dumps always, and it becomes the subreaper of
+limits on open files, file size, processes and core dumps always, on its address space on a CPU
+device (`memory_limit`), and it becomes the subreaper of
 its descendants (a double-forked daemon stays its child, where the guards see it); when the evaluator runs as root,
 a network namespace of its own (no interface but a downed loopback) and the identity of `nobody`,
 so that it can read neither the evaluator's environment (/proc/<pid>/environ) nor files it was not
@@ -162,18 +163,34 @@ class StartedChild:
                 pass  # the pipe's reader is gone
 
 
+def memory_limit(device: str) -> int | None:
+    """The address space an isolated child may map: on a CPU device, half of this machine's memory
+    (at least 4 GiB), so that a solution allocating without end fails alone (MemoryError) instead of
+    calling the kernel's OOM killer onto the evaluator. None on a GPU: its driver reserves address
+    space far beyond the host's memory (a cap on host memory there would need a cgroup)."""
+    if device.startswith("cuda"):
+        return None
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+    return max(4 << 30, total // 2)
+
+
 def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = False,
-                fork_server: bool = True) -> StartedChild:
+                fork_server: bool = True, memory_bytes: int | None = None) -> StartedChild:
     """`python -m <args>` in `workdir`, stdout and stderr to `log_path`, stdin a pipe for its job.
     With `isolate`, the child is confined (see the module docstring); the folders it must write
     are the caller's to hand over (`unprivileged_ids`). The evaluator's own child
     (`-m services.evaluator.child`) is forked by this process's fork server, with torch already
     imported (unless `fork_server` is False: KERNELSWARM_FORK_SERVER); where that server cannot run,
     and for anything else, the child is a new interpreter. Either way it inherits one end of a
-    private socket pair (`StartedChild.channel`)."""
+    private socket pair (`StartedChild.channel`). `memory_bytes`: the isolated child's address space
+    (`memory_limit`)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        process, channel_fd = _start(args, workdir, log_path, isolate, fork_server, theirs.fileno())
+        process, channel_fd = _start(args, workdir, log_path, isolate, fork_server, theirs.fileno(),
+                                     memory_bytes if isolate else None)
         return StartedChild(process, workdir, log_path, ours, channel_fd)
     except BaseException:
         ours.close()
@@ -183,7 +200,7 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
 
 
 def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_server: bool,
-           channel: int) -> tuple[subprocess.Popen, int]:
+           channel: int, memory_bytes: int | None = None) -> tuple[subprocess.Popen, int]:
     """The child's process and the number of its channel's descriptor."""
     protect_self()
     ids = unprivileged_ids() if isolate else None
@@ -191,13 +208,14 @@ def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_s
     if fork_server and args[:2] == ["-m", CHILD_MODULE]:
         try:
             server = ForkServer.get(scrubbed_env(Path(tempfile.gettempdir())), _start_server)
-            forked = server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids, channel, shield)
+            forked = server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids, channel, shield,
+                                  memory_bytes)
             return forked, CLOCK_FD
         except ServerGone:
             log.exception("no fork server: starting the child as a new interpreter")
     # Decided before the fork, per call (attempts may start children from several threads at once):
     # between fork and exec the hook only calls what was resolved here.
-    confine = functools.partial(_confine, isolate, ids, libc(), tuple(p.encode() for p in shield))
+    confine = functools.partial(_confine, isolate, ids, libc(), tuple(p.encode() for p in shield), memory_bytes)
 
     def spawn() -> subprocess.Popen:
         with open(log_path, "wb") as log_file:
@@ -282,7 +300,8 @@ def _tail(path: Path) -> str:
     return data.decode(errors="replace")
 
 
-def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, shield: tuple[bytes, ...] = ()) -> None:
+def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, shield: tuple[bytes, ...] = (),
+             memory_bytes: int | None = None) -> None:
     """Runs in the child between fork and exec. Every child dies with the evaluator (a SIGKILLed
     evaluator leaves no candidate spinning on its GPU). An isolated one then gets limits, network,
     read-only code (`shield`, where it keeps root's uid), identity or no capabilities, in that
@@ -292,6 +311,8 @@ def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, shiel
     if isolate:
         for limit, value in LIMITS.items():
             resource.setrlimit(limit, (value, value))
+        if memory_bytes:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
         lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
         if os.geteuid() == 0:
             if lib.unshare(CLONE_NEWNET) != 0:

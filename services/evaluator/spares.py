@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.evaluator.scratch import make_folder, sweep_folders
-from services.evaluator.sandbox import StartedChild, start_child, unprivileged_ids
+from services.evaluator.sandbox import StartedChild, memory_limit, start_child, unprivileged_ids
 
 HOMES = {"reference": "ref", "candidate": "cand"}  # role -> the child's home inside its folder
 SPARE_READY_S = 120.0
@@ -83,7 +83,8 @@ class Spares:
             root.chmod(0o711)
             os.chown(root / home, *ids)
         child = start_child(["-m", "services.evaluator.child", "--wait", self.device], root / home,
-                            root / home / "child.log", isolate=role == "candidate", fork_server=self.fork_server)
+                            root / home / "child.log", isolate=role == "candidate", fork_server=self.fork_server,
+                            memory_bytes=memory_limit(self.device))
         return Spare(child, root)
 
 

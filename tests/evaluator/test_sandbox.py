@@ -129,7 +129,14 @@ PROBE = textwrap.dedent("""
         parent = True
     except OSError:
         parent = False
+    import mmap, resource
+    try:  # beyond its address space: refused at once; a mapping never touched costs nothing if not
+        mmap.mmap(-1, int(sys.argv[2]) + (1 << 30)).close()
+        allocated = True
+    except OSError:
+        allocated = False
     Path("probe.json").write_text(json.dumps({
+        "address_space": resource.getrlimit(resource.RLIMIT_AS)[0], "allocated_beyond": allocated,
         "uid": os.getuid(), "capabilities": int(status["CapEff"], 16) | int(status["CapPrm"], 16),
         "bounding": int(status["CapBnd"], 16), "code_writable": os.access(sys.argv[1], os.W_OK),
         "parent_environ": parent}))
@@ -139,14 +146,18 @@ PROBE = textwrap.dedent("""
 @pytest.mark.skipif(os.geteuid() != 0, reason="as a user without privileges the candidate runs as that user, "
                                                "with limits only (docs/deploy.md)")
 def test_an_isolated_child_has_no_capabilities_no_writable_code_and_no_view_of_its_parent(tmp_path):
-    """As `nobody` or, where `nobody` cannot run the interpreter, as root without capabilities in
+    """A bounded address space (on a CPU device: an allocation beyond it fails, not the machine).
+    As `nobody` or, where `nobody` cannot run the interpreter, as root without capabilities in
     a mount namespace where the code is read-only; either way its parent (here: this process,
     which made itself not dumpable when it started the child) is closed to it."""
-    from services.evaluator.sandbox import PACKAGE_ROOT, finish_child, isolation, start_child, unprivileged_ids
+    from services.evaluator.sandbox import (
+        PACKAGE_ROOT, finish_child, isolation, memory_limit, start_child, unprivileged_ids,
+    )
 
     tmp_path.chmod(0o777)  # where it runs as `nobody`, its home must be writable by it
-    child = start_child(["-c", PROBE, str(PACKAGE_ROOT / "services" / "evaluator")], tmp_path, tmp_path / "c.log",
-                        isolate=True, fork_server=False)
+    limit = memory_limit("cpu")
+    child = start_child(["-c", PROBE, str(PACKAGE_ROOT / "services" / "evaluator"), str(limit)], tmp_path,
+                        tmp_path / "c.log", isolate=True, fork_server=False, memory_bytes=limit)
     run = finish_child(child, "", 60)
     child.channel.close()
     assert run.exit_code == 0, run.log
@@ -158,3 +169,4 @@ def test_an_isolated_child_has_no_capabilities_no_writable_code_and_no_view_of_i
     assert probe["capabilities"] == 0
     assert not probe["code_writable"]
     assert not probe["parent_environ"]
+    assert probe["address_space"] == limit and not probe["allocated_beyond"]  # a CPU device's bound
