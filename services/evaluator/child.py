@@ -46,7 +46,7 @@ from services.evaluator.guards import Guard, snapshot
 from services.evaluator.inputs import NOT_REPRODUCED, digest, make_inputs
 from services.evaluator.outer_clock import HarnessClock
 from services.evaluator.spares import READY_FILE
-from services.evaluator.timing import TimingPlan, sm_clock_mhz, synchronize, time_runs
+from services.evaluator.timing import TimingPlan, bind_runtime, sm_clock_mhz, synchronize, time_runs
 from shared.schema import Definition, Workload
 
 MAX_TRACEBACK_CHARS = 4000
@@ -133,6 +133,7 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         if "entry" not in state:
             if job.get("language") == "cute_dsl":
                 import cutlass.cute  # noqa: F401  (trusted, and before the guard's snapshot)
+            bind_runtime(device)  # what the guard reads the L2 set-aside with, before the guard's snapshot
             guard = state["guard"] = Guard()  # before the solution's code runs at all
             # The verdict's own path, bound before the solution may rebind this module's names.
             state["verdict"] = (_enforce, guard.check, guard.check_inputs, guard.check_outputs, guard.check_call)

@@ -68,6 +68,39 @@ def sm_clock_mhz(device: torch.device) -> int | None:
         return None
 
 
+# L2 lines marked persisting (a set-aside `cudaLimitPersistingL2CacheSize`, an access policy window
+# on a stream) survive the flush before each run: a solution that kept such a set-aside across its
+# calls could find in L2 what the harness wrote before the run (the copies of its inputs). The
+# guard reads the set-aside after every call (`persisting_l2_bytes`); where CUDA's runtime
+# bindings (cuda-python) are missing here, it reads nothing. Bound before the solution loads.
+_CUDART: list[Any] = []  # filled in place, never rebound: [the runtime module or None]
+
+
+def bind_runtime(device: torch.device) -> None:
+    """In the candidate's process, before the solution loads: cuda-python's runtime, on `device`."""
+    if _CUDART or device.type != "cuda":
+        return
+    try:
+        from cuda.bindings import runtime
+
+        runtime.cudaSetDevice(device.index or 0)
+    except Exception:  # no cuda-python here: the set-aside goes unread
+        runtime = None
+    _CUDART.append(runtime)
+
+
+def persisting_l2_bytes() -> int | None:
+    """The L2 set aside for persisting accesses in this process's context now; None where unread."""
+    runtime = _CUDART[0] if _CUDART else None
+    if runtime is None:
+        return None
+    try:
+        error, value = runtime.cudaDeviceGetLimit(runtime.cudaLimit.cudaLimitPersistingL2CacheSize)
+    except Exception:  # an API this cuda-python does not have: unread, never the solution's fault
+        return None
+    return int(value) if error == runtime.cudaError_t.cudaSuccess else None
+
+
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -1,6 +1,6 @@
-"""Hacks that need a GPU (issue 10's list): a CUDA graph replayed on the pointers it captured, work
-left running after the call returns, and results copied from an earlier call's outputs by a stream
-the timer might not watch. None may end PASSED with a time it did not pay for.
+"""Hacks that need a GPU (issue 10's list): L2 kept for persisting accesses across calls, a CUDA
+graph replayed on the pointers it captured, work left running after the call returns, and results
+copied from an earlier call's outputs by a stream the timer might not watch. None may end PASSED with a time it did not pay for.
 
 Run on the GPU machine: `pytest -m gpu tests/gpu/test_gpu_hacks.py`.
 """
@@ -62,6 +62,33 @@ def run(x, w, y):
 """
 
 
+# Sets aside L2 for persisting accesses at import and keeps it: lines marked persisting (here by an
+# access policy window a solution could put over the memory the harness writes before each run)
+# would outlive the flush between timed runs. The guard reads the set-aside after every call.
+PERSISTING_L2 = """
+import torch
+from cuda.bindings import runtime
+
+runtime.cudaDeviceSetLimit(runtime.cudaLimit.cudaLimitPersistingL2CacheSize, 8 << 20)
+
+
+def run(x, w, y):
+    torch.mul(x, w, out=y)
+"""
+
+# The same set-aside, taken and given back within each call: allowed (nothing outlives the call).
+PERSISTING_L2_WITHIN_A_CALL = """
+import torch
+from cuda.bindings import runtime
+
+
+def run(x, w, y):
+    runtime.cudaDeviceSetLimit(runtime.cudaLimit.cudaLimitPersistingL2CacheSize, 8 << 20)
+    torch.mul(x, w, out=y)
+    runtime.cudaDeviceSetLimit(runtime.cudaLimit.cudaLimitPersistingL2CacheSize, 0)
+"""
+
+
 def pytorch_solution(name: str, source: str) -> Solution:
     return Solution.model_validate({
         "name": name, "definition": "scale", "author": "test",
@@ -87,3 +114,13 @@ def test_work_left_in_flight_is_timed_or_caught(problem, config):
             assert timing.median_ms > 0.9 * spin_ms, (spin_ms, timing)
     else:
         assert result.status in (Status.REWARD_HACK, Status.INCORRECT_NUMERICAL), result.message
+
+
+def test_l2_kept_for_persisting_accesses_across_calls_is_caught(problem, config):
+    """A cache-residency game: L2 set aside for persisting lines and left so after the call.
+    Taken and given back within a call, the same set-aside passes."""
+    pytest.importorskip("cuda.bindings")
+    kept = evaluate(problem, pytorch_solution("persisting_l2", PERSISTING_L2), config)
+    assert kept.status is Status.REWARD_HACK and "persisting" in kept.message, kept.message
+    within = evaluate(problem, pytorch_solution("persisting_l2_within", PERSISTING_L2_WITHIN_A_CALL), config)
+    assert within.status is Status.PASSED, within.message
