@@ -47,6 +47,7 @@ def test_a_set_aside_left_after_a_call_is_a_hack(runtime):
 @pytest.mark.parametrize("fake", [FakeRuntime(8 << 20, error=1), FakeRuntime(8 << 20, broken=True), None],
                          ids=["error", "older_binding", "no_cuda_python"])
 def test_what_cannot_be_read_is_never_the_solutions_fault(runtime, fake):
+    """Unreadable (an error, an older binding, no cuda-python): no verdict."""
     runtime(fake)
     assert timing.persisting_l2_bytes() is None
     assert Guard().check_call() is None
@@ -58,3 +59,11 @@ def test_on_a_cpu_device_nothing_is_bound():
 
     timing.bind_runtime(torch.device("cpu"))
     assert timing._CUDART == before
+
+
+def test_a_set_aside_the_machine_had_before_the_solution_is_not_its_doing(runtime):
+    fake = runtime(FakeRuntime(4 << 20))
+    guard = Guard()
+    assert guard.check_call() is None
+    fake.kept = 12 << 20
+    assert "12582912 bytes" in guard.check_call()
