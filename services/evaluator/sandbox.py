@@ -87,9 +87,10 @@ def isolation() -> dict[str, bool]:
     capabilities (`shielded_paths`)."""
     root = os.geteuid() == 0
     nobody = unprivileged_ids() is not None
-    shield = root and not nobody and _can_shield()
+    keeps_root = root and not nobody
     return {"limits": True, "network_namespace": root and _can_unshare_net(), "unprivileged_user": nobody,
-            "read_only_code": shield, "no_capabilities": shield}
+            "read_only_code": keeps_root and _can_shield("mount"),
+            "no_capabilities": keeps_root and _can_shield("capabilities")}
 
 
 def shielded_paths(ids: tuple[int, int] | None) -> tuple[str, ...]:
@@ -357,16 +358,16 @@ def _drop_capabilities(lib: ctypes.CDLL) -> bool:
 
 
 @functools.cache
-def _can_shield() -> bool:
-    """Whether a child here can mount read-only in a namespace of its own and drop its capabilities
-    (containers without CAP_SYS_ADMIN cannot): tried on a folder of its own."""
+def _can_shield(part: str) -> bool:
+    """Whether a child here can mount read-only in a namespace of its own (`part` "mount":
+    containers without CAP_SYS_ADMIN cannot), or drop its capabilities ("capabilities"): tried in
+    a child, on a folder of its own."""
     with tempfile.TemporaryDirectory() as folder:
-        code = ("import ctypes, os, sys; sys.path.insert(0, %r); "
+        test = {"mount": f"_mount_read_only(({folder.encode()!r},), lib) and not os.access({folder!r}, os.W_OK)",
+                "capabilities": "_drop_capabilities(lib)"}[part]
+        code = (f"import ctypes, os, sys; sys.path.insert(0, {str(PACKAGE_ROOT)!r}); "
                 "from services.evaluator.sandbox import _mount_read_only, _drop_capabilities; "
-                "lib = ctypes.CDLL(None, use_errno=True); "
-                "ok = _mount_read_only((%r,), lib) and _drop_capabilities(lib); "
-                "sys.exit(0 if ok and not os.access(%r, os.W_OK) else 1)") % (
-                    str(PACKAGE_ROOT), folder.encode(), folder)
+                f"lib = ctypes.CDLL(None, use_errno=True); sys.exit(0 if {test} else 1)")
         return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
 
 
