@@ -256,7 +256,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         set_seeds=[_given(ref_results[i].get("set_seeds"), rounds, clock) for i in runnable],
         set_digests=[_given(ref_results[i].get("set_digests"), rounds, clock) for i in runnable]),
         hand_over, sealer.seal if sealer else None)
-    sealed = sealer.wait() if sealer else None
+    sealed = sealer.sealed if sealer else None  # complete: the clock's thread has ended with the child
     sent = [workloads[i].uuid for i in runnable]
     children.phases["candidate"] = candidate.phases
     known_compile = {**(config.compile_baselines or {}), **compiled}

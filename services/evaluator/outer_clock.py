@@ -248,13 +248,10 @@ class Sealer:
         self.sealed: dict[str, bytearray | Oversized | None] = {}
 
     def seal(self, uuid: str, runs: int) -> None:
+        """Copies by set name (`w<i>_s<s>`) into `sealed`, complete once the clock has stopped."""
         for s in range(self.rounds, self.rounds + max(0, runs)):
             name = f"w{self.indices[uuid]}_s{s}"
             self.sealed[name] = _read_regular(self.outputs_dir / f"{name}.st", self.limit(name))
-
-    def wait(self) -> dict[str, bytearray | Oversized | None]:
-        """The copies by set name (`w<i>_s<s>`), once the candidate has ended."""
-        return self.sealed
 
 
 @dataclass(frozen=True)
@@ -273,14 +270,10 @@ def _read_regular(path: Path, limit: int) -> bytearray | Oversized | None:
     names them) of at most `limit` bytes; its header only if larger; None if it is not there or
     not a regular file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        with os.fdopen(os.dup(fd), "rb", buffering=0) as file:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb", buffering=0) as file:
+            info = os.fstat(file.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return None
             if info.st_size <= limit:
                 data = bytearray(info.st_size)  # writable: the checks view it without a copy
                 got = file.readinto(data)
@@ -289,8 +282,6 @@ def _read_regular(path: Path, limit: int) -> bytearray | Oversized | None:
             return Oversized(head + file.read(min(int.from_bytes(head, "little"), MAX_HEADER)))
     except OSError:
         return None
-    finally:
-        os.close(fd)
 
 
 def timed_hand_over(timed_dir: Path, inputs_dir: Path, rounds: int,

@@ -93,6 +93,7 @@ def isolation() -> dict[str, bool]:
             "no_capabilities": keeps_root and _can_shield("capabilities")}
 
 
+@functools.cache
 def shielded_paths(ids: tuple[int, int] | None) -> tuple[str, ...]:
     """The folders a candidate that keeps root's uid (`ids` None, the evaluator root) sees
     read-only: this package, the standard library, the site-packages holding torch (and the

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -130,39 +131,37 @@ def loads(data: bytes | bytearray, device: torch.device | str = "cpu", header_on
         data = bytearray(data)  # torch views only writable buffers without a warning
     size = int.from_bytes(data[:8], "little")
     header = json.loads(bytes(data[8:8 + size]))
-    layout = json.loads(header["__metadata__"][_META])
+
+    def raw_of(name: str, entry: dict[str, Any]) -> torch.Tensor:
+        if header_only:
+            return torch.empty(entry["shape"], dtype=getattr(torch, entry["dtype"]), device="meta")
+        begin, end = (8 + size + int(o) for o in header[name]["data_offsets"])
+        if not 8 + size <= begin <= end <= len(data):
+            raise ValueError(f"tensor {name!r} lies outside the file")
+        raw = torch.frombuffer(data, dtype=torch.uint8, count=end - begin, offset=begin) if end > begin \
+            else torch.empty(0, dtype=torch.uint8)
+        if begin % 16:  # not aligned for a view as a wider dtype: a copy of its own
+            raw = raw.clone()
+        return raw.to(device)
+
+    return _values(json.loads(header["__metadata__"][_META]), raw_of)
+
+
+def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
+    with safe_open(str(path), framework="pt", device=str(device)) as handle:
+        return _values(json.loads(handle.metadata()[_META]), lambda name, entry: handle.get_tensor(name))
+
+
+def _values(layout: dict[str, dict[str, Any]],
+            raw_of: Callable[[str, dict[str, Any]], torch.Tensor]) -> dict[str, Any]:
+    """The set a header's layout describes: each tensor `raw_of(name, entry)` (its bytes, or a
+    tensor of the right dtype already) seen as its dtype and shape; scalars from the header."""
     values: dict[str, Any] = {}
     for name, entry in layout.items():
         if entry["kind"] == "tensor":
-            dtype = getattr(torch, entry["dtype"])
-            if header_only:
-                values[name] = torch.empty(entry["shape"], dtype=dtype, device="meta")
-                continue
-            begin, end = (8 + size + int(o) for o in header[name]["data_offsets"])
-            if not 8 + size <= begin <= end <= len(data):
-                raise ValueError(f"tensor {name!r} lies outside the file")
-            raw = torch.frombuffer(data, dtype=torch.uint8, count=end - begin, offset=begin) if end > begin \
-                else torch.empty(0, dtype=torch.uint8)
-            if begin % 16:  # not aligned for a view as a wider dtype: a copy of its own
-                raw = raw.clone()
-            values[name] = raw.to(device).view(dtype).reshape(entry["shape"])
+            values[name] = raw_of(name, entry).view(getattr(torch, entry["dtype"])).reshape(entry["shape"])
         elif entry["kind"] == "scalar":
             values[name] = entry["value"]
         else:
             values[name] = NotATensor(entry["type"])
-    return values
-
-
-def load(path: Path, device: torch.device | str = "cpu") -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    with safe_open(str(path), framework="pt", device=str(device)) as handle:
-        layout = json.loads(handle.metadata()[_META])
-        for name, entry in layout.items():
-            if entry["kind"] == "tensor":
-                raw = handle.get_tensor(name)
-                values[name] = raw.view(getattr(torch, entry["dtype"])).reshape(entry["shape"])
-            elif entry["kind"] == "scalar":
-                values[name] = entry["value"]
-            else:
-                values[name] = NotATensor(entry["type"])
     return values

@@ -167,7 +167,7 @@ def test_the_sealer_keeps_the_timed_outputs_as_they_were_at_end(tmp_path: Path) 
     early.flush()
     sealer = Sealer(tmp_path, 2, {"u": 3}, lambda name: 10)
     sealer.seal("u", 2)
-    copies = sealer.wait()
+    copies = sealer.sealed
     (tmp_path / "w3_s2.st").write_bytes(b"afterwards")
     early.seek(0)
     early.write(b"y" * 10)
@@ -178,7 +178,7 @@ def test_the_sealer_keeps_the_timed_outputs_as_they_were_at_end(tmp_path: Path) 
     os.mkfifo(tmp_path / "w4_s3.st")
     other = Sealer(tmp_path, 2, {"v": 4}, lambda name: 10)
     other.seal("v", 3)
-    assert other.wait() == {"w4_s2": None, "w4_s3": None, "w4_s4": None}
+    assert other.sealed == {"w4_s2": None, "w4_s3": None, "w4_s4": None}
 
 
 def test_an_oversized_timed_output_keeps_its_header_and_is_judged_by_it(tmp_path: Path) -> None:
@@ -204,7 +204,7 @@ def test_an_oversized_timed_output_keeps_its_header_and_is_judged_by_it(tmp_path
         tensorfile.save(timed, outputs / "w0_s1.st")
         sealer = Sealer(outputs, 1, {"u": 0}, limit)
         sealer.seal("u", 1)
-        sealed = sealer.wait()
+        sealed = sealer.sealed
         assert isinstance(sealed["w0_s1"], Oversized)
         check = check_sets(problem, workload, 0, 1, outputs, expected, torch.device("cpu"), 1, sealed)
         assert check.status.value == status, check.message

@@ -116,14 +116,13 @@ def _forge(handshake=False, use_go=False, slow_s=0.0, late=False):
             _send(channel, op="ready", uuid=workload["uuid"])
             go = json.loads(channel.makefile("rb").readline())
             seeds = [*seeds[:rounds], *go["set_seeds"]] if use_go else seeds[:rounds]
+        end = dict(op="end", uuid=workload["uuid"], runs=timed_sets, total_ms=timed_sets * 1e-6, median_ms=1e-6)
         if handshake and late:  # the window closed first, the outputs made after it
-            _send(channel, op="end", uuid=workload["uuid"], runs=timed_sets, total_ms=timed_sets * 1e-6,
-                  median_ms=1e-6)
+            _send(channel, **end)
         for s in range(rounds, rounds + timed_sets):
             _save(index, workload, seeds, s, slow_s)
         if handshake and not late:
-            _send(channel, op="end", uuid=workload["uuid"], runs=timed_sets, total_ms=timed_sets * 1e-6,
-                  median_ms=1e-6)
+            _send(channel, **end)
         results.append({"uuid": workload["uuid"], "status": "OK", "latency": {**FAKE, "runs": timed_sets}})
     Path(JOB["result_path"]).write_text(json.dumps({"workloads": results}))
 """
