@@ -34,24 +34,14 @@ from typing import Any
 
 import torch
 
-from services.evaluator.timing import persisting_l2_bytes
+from services.evaluator import timing
+
 
 HARNESS = ("services.evaluator.child", "services.evaluator.timing", "services.evaluator.guards",
            "services.evaluator.tensorfile", "services.evaluator.inputs", "services.evaluator.entry")
 KEPT_MODULES = (*HARNESS, "time", "statistics", "json", "math", "os", "gc", "threading", "torch", "builtins",
                 "safetensors", "safetensors.torch", "pathlib")
 _MISSING = object()
-
-
-def _persisting_l2(before: int | None) -> str | None:
-    """The L2 set aside for persisting accesses, if more than before the solution loaded (`before`:
-    a machine may set some aside by default; that is not the solution's doing)."""
-    kept = persisting_l2_bytes()
-    if kept and kept > (before or 0):
-        return (f"the solution left {kept} bytes of L2 set aside for persisting accesses after its call: lines "
-                f"kept there survive the flush between timed runs (a cache-residency game; set it aside and "
-                f"give it back within a call)")
-    return None
 
 
 def _watched() -> list[tuple[Any, str]]:
@@ -68,8 +58,8 @@ def _watched() -> list[tuple[Any, str]]:
     watched += [(timing._GpuClock, name) for name in ("__init__", "time", "latency")]
     watched += [(timing.CuptiRecorder, name) for name in ("start", "stop_span_ms", "_buffer_completed")]
     watched += [(torch.cuda, "_sleep"), (torch.Tensor, "fill_")]
-    if timing._CUDART and timing._CUDART[0] is not None:  # what reads the L2 set-aside
-        watched += [(timing._CUDART[0], "cudaDeviceGetLimit"), (timing._CUDART[0], "cudaLimit")]
+    if timing._CUDART and timing._CUDART[0] is not None:  # what resets persisting L2 lines before each flush
+        watched += [(timing._CUDART[0], "cudaCtxResetPersistingL2Cache"), (timing._CUDART[0], "cudaError_t")]
     watched += [(child, name) for name in ("_invoke", "_call", "_write_json", "run_candidate")]
     watched += [(entry, name) for name in ("empty_outputs", "as_outputs")]
     from services.evaluator import guards
@@ -124,7 +114,7 @@ class Guard:
         self._threads = set(threading.enumerate())
         self._thread_count = threading.active_count()
         self._processes = _child_processes()
-        self._l2 = persisting_l2_bytes()
+        self._runtime = list(timing._CUDART)  # the list's contents: the guard watches its name only
 
     def check(self) -> str | None:
         """A message naming the first violation, or None."""
@@ -150,7 +140,7 @@ class Guard:
         extra_processes = _child_processes() - self._processes
         if extra_processes:
             return f"the solution started processes {sorted(extra_processes)} (no work outside the call)"
-        return _persisting_l2(self._l2)
+        return self._runtime_kept()
 
     def check_call(self) -> str | None:
         """The cheap part, run inside every timed call just after the solution returns: a timer
@@ -161,7 +151,12 @@ class Guard:
                     "(the timer is off limits)")
         if threading.active_count() != self._thread_count:
             return "the solution left threads running after a timed call (no work outside the call)"
-        return _persisting_l2(self._l2)
+        return self._runtime_kept()
+
+    def _runtime_kept(self) -> str | None:
+        if len(timing._CUDART) != len(self._runtime) or any(a is not b for a, b in zip(timing._CUDART, self._runtime)):
+            return "the solution replaced the runtime the timer resets L2 with (the timer is off limits)"
+        return None
 
     @staticmethod
     def check_inputs(before: dict[str, Any], after: dict[str, Any]) -> str | None:

@@ -75,6 +75,9 @@ class Timing(Frozen):
     sm_clock_mhz_after: int | None = None
     clock: str | None = None  # "cupti" (every stream), "events" (the current stream) or "perf_counter"
     event_median_ms: float | None = None  # the events' median where CUPTI set the latency
+    # On a GPU: whether persisting L2 lines were reset before every run's flush (False: cuda-python
+    # was missing, so lines a solution marked persisting could have outlived the flush).
+    l2_persisting_reset: bool | None = None
     # Where the outer clock was on: the timed batch's window on the evaluator's own clock, and the
     # longest window the solution's report explains (a longer one is REWARD_HACK).
     outer_window_ms: float | None = None

@@ -1,69 +1,127 @@
-"""The guard's reading of the L2 set aside for persisting accesses (a cache-residency game on a GPU:
-tests/gpu/test_gpu_hacks.py plays it for real). Here a stand-in for cuda-python's runtime."""
+"""Persisting L2 lines reset before every timed run's flush (a cache-residency game on a GPU: lines
+marked persisting survive a flush; docs/results/hardening.md). Here a stand-in for cuda-python's
+runtime and for the device calls around a run; bench/persisting_l2.py measures the effect on an H200."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 
 import pytest
+import torch
 
 from services.evaluator import timing
 from services.evaluator.guards import Guard
 
 
-class FakeRuntime:
-    """What `timing.persisting_l2_bytes` calls: cudaDeviceGetLimit(cudaLimitPersistingL2CacheSize)."""
-
-    cudaLimit = SimpleNamespace(cudaLimitPersistingL2CacheSize="persisting")
-    cudaError_t = SimpleNamespace(cudaSuccess=0)
-
-    def __init__(self, kept: int, error: int = 0, broken: bool = False) -> None:
-        self.kept, self.error, self.broken = kept, error, broken
-
-    def cudaDeviceGetLimit(self, limit):  # noqa: N802 - the binding's name
-        if self.broken:
-            raise AttributeError("an older binding")
-        assert limit == "persisting"
-        return self.error, self.kept
+def fake_runtime(log: list[str], error: int = 0, missing: bool = False) -> ModuleType:
+    runtime = ModuleType("fake_cudart")
+    runtime.cudaError_t = SimpleNamespace(cudaSuccess=0)
+    if not missing:
+        def reset():  # the binding returns a one-tuple: (error,)
+            log.append("reset")
+            return (error,)
+        runtime.cudaCtxResetPersistingL2Cache = reset
+    return runtime
 
 
 @pytest.fixture
-def runtime(monkeypatch):
-    def install(fake):
-        monkeypatch.setattr(timing, "_CUDART", [fake])
-        return fake
+def bound(monkeypatch):
+    def install(runtime):
+        monkeypatch.setattr(timing, "_CUDART", [runtime])
+        return runtime
     return install
 
 
-def test_a_set_aside_left_after_a_call_is_a_hack(runtime):
-    fake = runtime(FakeRuntime(0))
-    guard = Guard()
-    assert guard.check_call() is None and guard.check() is None
-    fake.kept = 8 << 20
-    for message in (guard.check_call(), guard.check()):
-        assert "8388608 bytes of L2 set aside for persisting accesses" in message
+@pytest.mark.parametrize(("error", "missing", "done"), [(0, False, True), (1, False, False), (0, True, False)],
+                         ids=["reset", "error", "older_binding"])
+def test_reset_says_whether_it_was_done(bound, error, missing, done):
+    log: list[str] = []
+    bound(fake_runtime(log, error, missing))
+    assert timing.reset_persisting_l2() is done
+    assert log == ([] if missing else ["reset"])
 
 
-@pytest.mark.parametrize("fake", [FakeRuntime(8 << 20, error=1), FakeRuntime(8 << 20, broken=True), None],
-                         ids=["error", "older_binding", "no_cuda_python"])
-def test_what_cannot_be_read_is_never_the_solutions_fault(runtime, fake):
-    """Unreadable (an error, an older binding, no cuda-python): no verdict."""
-    runtime(fake)
-    assert timing.persisting_l2_bytes() is None
-    assert Guard().check_call() is None
+def test_without_cuda_python_nothing_is_reset(bound):
+    bound(None)
+    assert timing.reset_persisting_l2() is False
+
+
+class Recorded:
+    """A stand-in for what `_GpuClock.time` touches on the device, in the order it is touched."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def fill_(self, _value):
+        self.log.append("flush")
+
+    def start(self):
+        self.log.append("window")
+
+    def stop_span_ms(self, skip: int = 0):
+        return 1.0
+
+
+def gpu_clock(log: list[str], monkeypatch) -> timing._GpuClock:
+    class Event:
+        def __init__(self, enable_timing: bool = False) -> None:
+            pass
+
+        def record(self):
+            log.append("event")
+
+        def elapsed_time(self, _other):
+            return 1.0
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda _cycles: log.append("spin"))
+    monkeypatch.setattr(timing, "synchronize", lambda _device: None)
+    clock = object.__new__(timing._GpuClock)  # no device here: its fields set by hand
+    clock.device, clock.scratch, clock.cupti, clock.spin_cycles = torch.device("cuda"), Recorded(log), Recorded(log), 0
+    clock.l2_reset, clock.samples, clock.event_samples, clock.cupti_samples = True, [], [], []
+    return clock
+
+
+def test_every_run_resets_persisting_lines_before_its_flush(bound, monkeypatch):
+    log: list[str] = []
+    bound(fake_runtime(log))
+    clock = gpu_clock(log, monkeypatch)
+    for i in range(3):
+        clock.time(lambda _i: log.append("run"), i)
+    assert log == ["reset", "window", "flush", "spin", "event", "run", "event"] * 3
+    assert clock.latency().l2_persisting_reset is True
+
+
+def test_a_run_without_the_reset_is_said_in_the_trace(bound, monkeypatch):
+    log: list[str] = []
+    bound(fake_runtime(log))
+    clock = gpu_clock(log, monkeypatch)
+    clock.time(lambda _i: None, 0)
+    bound(fake_runtime(log, error=1))
+    clock.time(lambda _i: None, 1)
+    latency = clock.latency()
+    assert latency.l2_persisting_reset is False and latency.as_dict()["l2_persisting_reset"] is False
 
 
 def test_on_a_cpu_device_nothing_is_bound():
     before = list(timing._CUDART)
-    import torch
-
     timing.bind_runtime(torch.device("cpu"))
     assert timing._CUDART == before
 
 
-def test_a_set_aside_the_machine_had_before_the_solution_is_not_its_doing(runtime):
-    fake = runtime(FakeRuntime(4 << 20))
+def test_a_solution_that_swaps_the_runtime_is_caught(bound):
+    log: list[str] = []
+    bound(fake_runtime(log))
     guard = Guard()
-    assert guard.check_call() is None
-    fake.kept = 12 << 20
-    assert "12582912 bytes" in guard.check_call()
+    assert guard.check_call() is None and guard.check() is None
+    timing._CUDART[0] = fake_runtime(log)  # in place: the name `_CUDART` still holds the same list
+    for message in (guard.check_call(), guard.check()):
+        assert "resets L2" in message
+
+
+def test_a_solution_that_replaces_the_reset_is_caught(bound):
+    log: list[str] = []
+    runtime = bound(fake_runtime(log))
+    guard = Guard()
+    runtime.cudaCtxResetPersistingL2Cache = lambda: (0,)
+    assert "cudaCtxResetPersistingL2Cache" in guard.check()

@@ -1,4 +1,4 @@
-"""Hacks that need a GPU (issue 10's list): L2 kept for persisting accesses across calls, a CUDA
+"""Hacks that need a GPU (issue 10's list): L2 lines marked persisting across calls, a CUDA
 graph replayed on the pointers it captured, work left running after the call returns, and results
 copied from an earlier call's outputs by a stream the timer might not watch. None may end PASSED with a time it did not pay for.
 
@@ -62,30 +62,33 @@ def run(x, w, y):
 """
 
 
-# Sets aside L2 for persisting accesses at import and keeps it: lines marked persisting (here by an
-# access policy window a solution could put over the memory the harness writes before each run)
-# would outlive the flush between timed runs. The guard reads the set-aside after every call.
+# The documented use of persisting L2: the set-aside raised once at import, an access policy window
+# over the call's input on the current stream (left there after the call). Lines it marks would
+# outlive a flush; the timer resets them before every run's flush (bench/persisting_l2.py measures
+# it). It is an optimisation, not a hack: it must pass, with the reset said in the trace.
 PERSISTING_L2 = """
 import torch
 from cuda.bindings import runtime
 
-runtime.cudaDeviceSetLimit(runtime.cudaLimit.cudaLimitPersistingL2CacheSize, 8 << 20)
+_props = runtime.cudaGetDeviceProperties(0)[1]
+runtime.cudaDeviceSetLimit(runtime.cudaLimit.cudaLimitPersistingL2CacheSize, _props.persistingL2CacheMaxSize)
+_ids = getattr(runtime, "cudaStreamAttrID", None) or runtime.cudaLaunchAttributeID
+_attr = getattr(_ids, "cudaStreamAttributeAccessPolicyWindow", None) or _ids.cudaLaunchAttributeAccessPolicyWindow
+_value_type = getattr(runtime, "cudaStreamAttrValue", None) or runtime.cudaLaunchAttributeValue
 
 
 def run(x, w, y):
+    value = _value_type()
+    policy = value.accessPolicyWindow
+    policy.base_ptr = x.data_ptr()
+    policy.num_bytes = min(x.numel() * x.element_size(), _props.accessPolicyMaxWindowSize)
+    policy.hitRatio = 1.0
+    policy.hitProp = runtime.cudaAccessProperty.cudaAccessPropertyPersisting
+    policy.missProp = runtime.cudaAccessProperty.cudaAccessPropertyStreaming
+    value.accessPolicyWindow = policy
+    (error,) = runtime.cudaStreamSetAttribute(torch.cuda.current_stream().cuda_stream, _attr, value)
+    assert int(error) == 0, error
     torch.mul(x, w, out=y)
-"""
-
-# The same set-aside, taken and given back within each call: allowed (nothing outlives the call).
-PERSISTING_L2_WITHIN_A_CALL = """
-import torch
-from cuda.bindings import runtime
-
-
-def run(x, w, y):
-    runtime.cudaDeviceSetLimit(runtime.cudaLimit.cudaLimitPersistingL2CacheSize, 8 << 20)
-    torch.mul(x, w, out=y)
-    runtime.cudaDeviceSetLimit(runtime.cudaLimit.cudaLimitPersistingL2CacheSize, 0)
 """
 
 
@@ -116,11 +119,9 @@ def test_work_left_in_flight_is_timed_or_caught(problem, config):
         assert result.status in (Status.REWARD_HACK, Status.INCORRECT_NUMERICAL), result.message
 
 
-def test_l2_kept_for_persisting_accesses_across_calls_is_caught(problem, config):
-    """A cache-residency game: L2 set aside for persisting lines and left so after the call.
-    Taken and given back within a call, the same set-aside passes."""
+def test_persisting_l2_lines_pass_and_are_reset_before_every_flush(problem, config):
+    """Marking lines persisting is allowed; the timer takes the mark away before each run's flush."""
     pytest.importorskip("cuda.bindings")
-    kept = evaluate(problem, pytorch_solution("persisting_l2", PERSISTING_L2), config)
-    assert kept.status is Status.REWARD_HACK and "persisting" in kept.message, kept.message
-    within = evaluate(problem, pytorch_solution("persisting_l2_within", PERSISTING_L2_WITHIN_A_CALL), config)
-    assert within.status is Status.PASSED, within.message
+    result = evaluate(problem, pytorch_solution("persisting_l2", PERSISTING_L2), config)
+    assert result.status is Status.PASSED, result.message
+    assert all(t.evaluation.timing.l2_persisting_reset is True for t in result.traces), result.traces
