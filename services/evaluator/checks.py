@@ -1,9 +1,13 @@
-"""The parent's verdict on what the children reported: every output set the candidate left checked
-against the reference's, the count of timed runs held against the sets made for them, and what a
-failing reference means on this device."""
+"""Verdicts on what the children reported: every output set the candidate left checked against the
+reference's (`check_sets`, run in the checker: the reference's process, which holds the expected
+outputs), the count of timed runs held against the sets made for them, and what a failing
+reference means on this device."""
 
 from __future__ import annotations
 
+import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +15,7 @@ import torch
 
 from services.evaluator import tensorfile
 from services.evaluator.correctness import Check, compare
-from services.evaluator.outer_clock import Oversized
-from shared.schema import Problem, Status, Tolerance, Workload
+from shared.schema import Definition, Problem, Status, Tolerance
 
 
 def timed_runs(result: dict[str, Any], timed_sets: int) -> int:
@@ -22,40 +25,31 @@ def timed_runs(result: dict[str, Any], timed_sets: int) -> int:
     return runs if isinstance(runs, int) and 1 <= runs <= timed_sets else -1
 
 
-def check_sets(problem: Problem, workload: Workload, index: int, rounds: int, outputs_dir: Path,
-               expected_sets: dict[str, dict[str, Any]], device: torch.device, runs: int,
-               sealed: dict[str, bytearray | Oversized | None] | None = None) -> Check:
-    """Every correctness round and the outputs of every timed run (`runs`, from `timed_runs`: each
-    had its own input set), every output tensor. `sealed`, where the outer clock is on: the timed
-    runs' outputs as they were when the candidate's window closed (`outer_clock.Sealer`)."""
-    if runs < 0:
-        return Check(Status.REWARD_HACK, "the solution's timing reported a count of timed runs that its "
-                                         "timed input sets cannot account for (a forged result)")
-    tolerance = workload.effective_tolerance
+def check_sets(definition: Definition, tolerance: Tolerance, index: int, rounds: int, runs: int, outputs_dir: Path,
+               expected_sets: dict[str, dict[str, Any]], device: torch.device) -> Check:
+    """Every correctness round and the outputs of every timed run (`runs`: each had its own input
+    set), every output tensor, as the files are now: each is copied into this process's memory
+    before it is read (`read_regular`), so that what is checked is what existed at this moment.
+    The checker runs this at the candidate's `end` where the outer clock is on. A set with no
+    such file has `Check.missing` set (the evaluator asks later whether it appeared after)."""
     worst_abs = worst_rel = 0.0
     ratio = 1.0
-    for s in range(rounds + runs):
-        expected = expected_sets[f"w{index}_s{s}"]
-        path = outputs_dir / f"w{index}_s{s}.st"
+    for s in range(rounds + max(0, runs)):
+        name = f"w{index}_s{s}"
+        expected = expected_sets[name]
         phase = "correctness round" if s < rounds else "timed run on input set"
-        copy = sealed.get(f"w{index}_s{s}") if sealed is not None and s >= rounds else None
-        if sealed is not None and s >= rounds and copy is None:
-            if path.exists():
-                return Check(Status.REWARD_HACK, f"the outputs of {phase} {s} were not there (or not a file of "
-                                                 f"their size) when the evaluator's window on the timed runs "
-                                                 f"closed: made after the window, out of its clock's sight")
-            return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for {phase} {s}")
-        if copy is None and not path.exists():
-            return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for {phase} {s}")
+        copy = read_regular(outputs_dir / f"{name}.st", _set_limit(expected))
+        if copy is None:
+            return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for {phase} {s}", missing=s)
         if isinstance(copy, Oversized):
-            return _oversized(problem, phase, s, copy, expected)
+            return _oversized(definition, phase, s, copy, expected)
         try:
-            actual = tensorfile.loads(copy, device) if copy is not None else tensorfile.load(path, device)
+            actual = tensorfile.loads(copy, device)
         except Exception as error:  # the file is the candidate's: unreadable means it was tampered with
             return Check(Status.RUNTIME_ERROR, f"the outputs of input set {s} are unreadable: {error}")
-        for name in problem.definition.outputs:
-            want = expected[name].to(device) if isinstance(expected[name], torch.Tensor) else expected[name]
-            check = compare(name, actual.get(name), want, tolerance)
+        for output in definition.outputs:
+            want = expected[output].to(device) if isinstance(expected[output], torch.Tensor) else expected[output]
+            check = compare(output, actual.get(output), want, tolerance)
             if check.status is not Status.PASSED:
                 return Check(check.status, f"{phase} {s}: {check.message}", check.max_absolute_error,
                              check.max_relative_error, check.matched_ratio)
@@ -65,7 +59,44 @@ def check_sets(problem: Problem, workload: Workload, index: int, rounds: int, ou
     return Check(Status.PASSED, "", worst_abs, worst_rel, ratio)
 
 
-def _oversized(problem: Problem, phase: str, s: int, copy: Oversized, expected: dict[str, Any]) -> Check:
+def _set_limit(expected: dict[str, Any]) -> int:
+    """The most bytes a candidate's output file for a set may hold to be read whole: what the
+    expected outputs take, plus a header's room."""
+    return sum(v.nbytes for v in expected.values() if isinstance(v, torch.Tensor)) + (1 << 20)
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """An output file larger than its outputs can be: only its header was kept, which says what
+    it holds (`_oversized` turns it into the shape or dtype it got wrong, or a hack where its
+    outputs are right and the rest is padding)."""
+    header: bytes
+
+
+MAX_HEADER = 1 << 20
+
+
+def read_regular(path: Path, limit: int) -> bytearray | Oversized | None:
+    """The file's bytes if it is a regular file (not a link, a pipe or a device: the candidate
+    names them) of at most `limit` bytes; its header only if larger; None if it is not there or
+    not a regular file. Later writes, through the path or a descriptor opened before, change
+    nothing in what this returns."""
+    try:
+        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb", buffering=0) as file:
+            info = os.fstat(file.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            if info.st_size <= limit:
+                data = bytearray(info.st_size)  # writable: the checks view it without a copy
+                got = file.readinto(data)
+                return data if got == info.st_size else data[:got]
+            head = file.read(8)
+            return Oversized(head + file.read(min(int.from_bytes(head, "little"), MAX_HEADER)))
+    except OSError:
+        return None
+
+
+def _oversized(definition: Definition, phase: str, s: int, copy: Oversized, expected: dict[str, Any]) -> Check:
     """A timed output file larger than its outputs can be: the output it got the shape or dtype
     of wrong, from its header; if none, it carried bytes beyond its outputs, which the harness
     never writes."""
@@ -73,7 +104,7 @@ def _oversized(problem: Problem, phase: str, s: int, copy: Oversized, expected: 
         actual = tensorfile.loads(copy.header, header_only=True)
     except Exception as error:  # noqa: BLE001 - the candidate's file: unreadable, whatever the reason
         return Check(Status.RUNTIME_ERROR, f"the outputs of input set {s} are unreadable: {error}")
-    for name in problem.definition.outputs:
+    for name in definition.outputs:
         want, got = expected[name], actual.get(name)
         if isinstance(want, torch.Tensor) and isinstance(got, torch.Tensor) and (
                 tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from services.evaluator.checker import Checker
 from services.evaluator.outer_clock import OuterClock, allowed_ms, judge
 from services.evaluator.sandbox import StartedChild, finish_child, unprivileged_ids
 
@@ -31,6 +32,7 @@ class ChildResults:
     stalled: bool = False
     phases: dict[str, float] = field(default_factory=dict)  # the child's own account (diagnostics only)
     clock: OuterClock | None = None  # what the outer clock saw, where it was on
+    checker: Checker | None = None  # the reference's process, still running, where it became the checker
 
     def clock_verdict(self, reference: ChildResults, uuid: str, result: dict[str, Any], timed_sets: int) -> str | None:
         """Why a workload the candidate reports as timed is a REWARD_HACK by the outer clock, or None."""
@@ -78,26 +80,37 @@ def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild],
     """Runs one role's job. The candidate's folders are handed over before its child starts: a
     child forked at once would otherwise enter its home while it is still the evaluator's. The
     outer clock, where on, serves its channel meanwhile (`hand_over(uuid)` at each `ready`,
-    `seal(uuid, runs)` at each `end`)."""
+    `seal(uuid, runs)` at each `end`). A reference job with `checker` set returns once the
+    reference said `checking`, its process left running as the attempt's checker (`checker`)."""
     result_path = home / "result.json"
     job["result_path"] = str(result_path)
     untrusted = job["role"] == "candidate"
+    checks = not untrusted and bool(job.get("checker"))  # the reference's process stays on as the checker
     if untrusted:
         hand_over_folders(home, Path(job["inputs_dir"]), Path(job["outputs_dir"]))
     child = start()
-    clock = OuterClock(child.channel, [w["uuid"] for w in job["workloads"]], hand_over, seal) \
-        if config.uses_outer_clock else None
-    job["clock_fd"] = child.channel_fd if clock is not None else None
+    clock = OuterClock(child.channel, [w["uuid"] for w in job["workloads"]], hand_over, seal, checker=checks) \
+        if config.uses_outer_clock or checks else None
+    job["clock_fd"] = child.channel_fd if config.uses_outer_clock else None
+    job["checker_fd"] = child.channel_fd if checks else None
     job_path = home / "job.json"
     job_path.write_text(json.dumps(job))  # read by the child only once its stdin gives the path
     timeout_s = config.attempt_timeout_s if untrusted else max(config.attempt_timeout_s, config.reference_timeout_s)
     stall_s = config.workload_timeout_s if untrusted else None
     if clock is not None:
         clock.start()
+    checker = None
     try:
-        run = finish_child(child, str(job_path), timeout_s, result_path, stall_s)
+        run = finish_child(child, str(job_path), timeout_s, result_path, stall_s,
+                           until=clock.checking if checks else None)
     finally:
-        clock.stop() if clock is not None else child.channel.close()
+        if clock is not None and checks and clock.checking.is_set() and child.alive():
+            clock.join()  # its thread has returned at `checking`: the channel is the checker's now
+            checker = Checker(child, timeout_s)
+        elif clock is not None:
+            clock.stop()
+        else:
+            child.channel.close()
     phases: dict[str, float] = {}
     try:
         reported = json.loads(result_path.read_text()) if result_path.exists() else {"workloads": []}
@@ -109,7 +122,7 @@ def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild],
         log.info("child %s exited %s timed_out=%s stalled=%s", job["role"], run.exit_code, run.timed_out,
                  run.stalled)
     return ChildResults(workloads, run.timed_out, run.exit_code, run.log, stall_s if run.stalled else timeout_s,
-                         run.stalled, phases, clock)
+                         run.stalled, phases, clock if config.uses_outer_clock else None, checker)
 
 
 def hand_over_folders(home: Path, inputs: Path, outputs: Path) -> None:

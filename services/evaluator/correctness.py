@@ -16,6 +16,18 @@ class Check:
     max_absolute_error: float = 0.0
     max_relative_error: float = 0.0
     matched_ratio: float = 1.0
+    missing: int | None = None  # the input set whose outputs were not there when checked
+
+    def as_dict(self) -> dict:
+        return {"status": self.status.value, "message": self.message, "max_absolute_error": self.max_absolute_error,
+                "max_relative_error": self.max_relative_error, "matched_ratio": self.matched_ratio,
+                "missing": self.missing}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Check:
+        return cls(Status(data["status"]), str(data.get("message", "")), float(data.get("max_absolute_error", 0.0)),
+                   float(data.get("max_relative_error", 0.0)), float(data.get("matched_ratio", 1.0)),
+                   data.get("missing"))
 
 
 def compare(name: str, actual: object, expected: object, tolerance: Tolerance) -> Check:

@@ -23,12 +23,12 @@ import torch
 
 from services.evaluator import tensorfile
 from services.evaluator.build import Build, build_solution
-from services.evaluator.checks import check_sets, reference_failed, timed_runs
+from services.evaluator.checks import reference_failed, timed_runs
 from services.evaluator.children import run_child
 from services.evaluator.correctness import Check, compare
 from services.evaluator.inputs import NOT_REPRODUCED
 from services.evaluator.nvcc import BuildCache, arch_for
-from services.evaluator.outer_clock import Sealer, timed_hand_over
+from services.evaluator.outer_clock import timed_hand_over
 from services.evaluator.sandbox import StartedChild, memory_limit, start_child
 from services.evaluator.spares import HOMES, SPARE_READY_S, Spare, Spares, discard
 from services.evaluator.score import count_ahead, hardware_for, score_workload
@@ -158,7 +158,7 @@ class _Children:
             sweep_folders(scratch)
             root = make_folder("att", scratch)
         self.root = root
-        self.dirs = {n: root / n for n in ("ref", "expected", "inputs", "cand", "outputs", "solution")}
+        self.dirs = {n: root / n for n in ("ref", "inputs", "cand", "outputs", "solution")}
         # The timed sets' files until the outer clock's `go`: the evaluator's only (0700), under a
         # name the candidate is not told (all it has where it runs as the evaluator's user).
         self.dirs["timed"] = root / f".t{secrets.token_hex(8)}"
@@ -210,7 +210,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     children.wait_ready()
     clock = config.uses_outer_clock
     reference = run_child(dirs["ref"], config, lambda: children.started("reference"), dict(
-        common, role="reference", seed=secrets.randbits(48), expected_dir=str(dirs["expected"]),
+        common, role="reference", seed=secrets.randbits(48), checker=True,
         timed_dir=str(dirs["timed"]) if clock else None,
         measure_compile=config.measure_compile,
         problem_root=str(problem.root) if problem.root else None,
@@ -227,20 +227,44 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     ref_results = reference.results([w.uuid for w in workloads], "the reference")
     compiled = {w.uuid: r.get("compile_ms") for w, r in zip(workloads, ref_results)
                 if "compile_ms" in r or "compile_error" in r}  # None: torch.compile failed on it
-    if not runnable:
-        return outcomes, compiled
-    # The candidate runs as the same user: the expected outputs (and the seed in the reference's
-    # job) must be gone from disk before it starts.
-    device = _check_device(config)
-    expected = {p.stem: tensorfile.load(p) for p in dirs["expected"].glob("*.st")}  # host memory, one set at a time on the device
-    shutil.rmtree(dirs["expected"])
+    checker = reference.checker
+    try:
+        if runnable and checker is None:  # its results are in, but it ended before it could check
+            for index in runnable:
+                outcomes[index] = _Outcome(Status.INVALID_REFERENCE, "the reference's process ended before it "
+                                           f"could check the solution's outputs:\n{reference.log}")
+        if not runnable or checker is None:
+            return outcomes, compiled
+        return _run_candidate(problem, solution, workloads, build, config, children, say, common, reference,
+                              ref_results, runnable, outcomes, compiled, checker), compiled
+    finally:
+        if checker is not None:
+            checker.close()
+
+
+def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workload], build: Build,
+                   config: EvalConfig, children: _Children, say: Callable[[str], None], common: dict,
+                   reference, ref_results: list[dict], runnable: list[int], outcomes: list,
+                   compiled: dict, checker) -> list[_Outcome]:
+    """The candidate's child on the workloads the reference ran; each workload's outputs checked
+    by `checker` at its `end` (outer clock on) or after the candidate (off)."""
+    dirs = children.dirs
+    clock = config.uses_outer_clock
+    hardware = _hardware(config)
+    # The candidate runs as the same user: the reference's job (with the attempt's secret) must be
+    # gone from disk before it starts. The expected outputs never were on disk.
     shutil.rmtree(dirs["ref"])
     say(f"candidate on {len(runnable)} workloads")
     rounds = config.correctness_rounds
     timed = {workloads[i].uuid: (i, ref_results[i]) for i in runnable}
     hand_over = timed_hand_over(dirs["timed"], dirs["inputs"], rounds, timed)
-    sealer = Sealer(dirs["outputs"], rounds, {uuid: i for uuid, (i, _) in timed.items()}, lambda name: _set_limit(expected, name)) \
-        if clock else None
+    verdicts: dict[int, Check] = {}
+
+    def seal(uuid: str, runs: int) -> None:
+        """At the candidate's `end`: its outputs checked as they are now (`checks.check_sets`)."""
+        index, made = timed[uuid]
+        verdicts[index] = checker.check(index, max(0, min(runs, made["timed_sets"])), dirs["outputs"])
+
     candidate = run_child(dirs["cand"], config, lambda: children.started("candidate"), dict(
         common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
         entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
@@ -255,8 +279,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         # workload's sets are files in `inputs_dir`.
         set_seeds=[_given(ref_results[i].get("set_seeds"), rounds, clock) for i in runnable],
         set_digests=[_given(ref_results[i].get("set_digests"), rounds, clock) for i in runnable]),
-        hand_over, sealer.seal if sealer else None)
-    sealed = sealer.sealed if sealer else None  # complete: the clock's thread has ended with the child
+        hand_over, seal if clock else None)
     sent = [workloads[i].uuid for i in runnable]
     children.phases["candidate"] = candidate.phases
     known_compile = {**(config.compile_baselines or {}), **compiled}
@@ -269,8 +292,8 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
         if forged:
             outcomes[index] = _Outcome(Status.REWARD_HACK, forged)
             continue
-        check = check_sets(problem, workloads[index], index, config.correctness_rounds, dirs["outputs"], expected,
-                           device, timed_runs(result, ref_results[index]["timed_sets"]), sealed)
+        check = _verdict(index, timed_runs(result, ref_results[index]["timed_sets"]), verdicts, checker,
+                         dirs["outputs"], clock)
         latency, eager = result["latency"]["median_ms"], ref_results[index]["latency"]["median_ms"]
         verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, latency, eager,
                                  known_compile.get(workloads[index].uuid)) if check.status is Status.PASSED else None
@@ -281,7 +304,23 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
                                                                         ref_results[index]["timed_sets"]))
         outcomes[index] = _Outcome(check.status, check.message, check, latency, eager, timing,
                                    verdict.sol if verdict else None)
-    return outcomes, compiled
+    return outcomes
+
+
+def _verdict(index: int, runs: int, verdicts: dict[int, Check], checker, outputs_dir: Path, clock: bool) -> Check:
+    """The checker's verdict on a workload the candidate reports as done: the one taken at its `end`
+    (outer clock on; a set missing then but there now was made after the window), else taken now."""
+    if runs < 0:
+        return Check(Status.REWARD_HACK, "the solution's timing reported a count of timed runs that its "
+                                         "timed input sets cannot account for (a forged result)")
+    check = verdicts.get(index) if clock else checker.check(index, runs, outputs_dir)
+    if check is None:  # reported done without an `end`: the outer clock's verdict said so first
+        return Check(Status.REWARD_HACK, "no outputs were checked at the end of the timed batch")
+    if clock and check.missing is not None and (outputs_dir / f"w{index}_s{check.missing}.st").exists():
+        return Check(Status.REWARD_HACK, f"the outputs of input set {check.missing} were not there (or not a "
+                                         f"file of their size) when the evaluator's window on the timed runs "
+                                         f"closed: made after the window, out of its clock's sight")
+    return check
 
 
 def _given(per_set: list | None, rounds: int, clock: bool) -> list | None:
@@ -329,12 +368,6 @@ def _summarize(traces: list[Trace], compiled: dict[str, float]) -> AttemptResult
     sols = [t.evaluation.sol.score for t in traces if t.evaluation.sol is not None]
     score = problem_score(sols) if len(sols) == len(traces) else None
     return AttemptResult(Status.PASSED, traces, latency, speedup, len(passed), "", score, compiled)
-
-
-def _set_limit(expected: dict[str, dict[str, object]], name: str) -> int:
-    """The most bytes a candidate's output file for set `name` may hold to be read: what the
-    expected outputs take, plus a header's room."""
-    return sum(v.nbytes for v in expected.get(name, {}).values() if isinstance(v, torch.Tensor)) + (1 << 20)
 
 
 def warm_up(device: str) -> None:

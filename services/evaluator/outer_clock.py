@@ -10,8 +10,11 @@ and answers `go`; the harness makes the timed sets, runs the timed loop, saves t
 and sends `end` with its runs, the sum of its samples and their median; the evaluator stamps
 `end`. The window is end - begin. The reference child runs the same protocol, so that its window
 calibrates what the batch costs beyond the runs themselves (making the sets, saving, the loop).
-At the candidate's `end` the evaluator also copies that workload's timed outputs (`Sealer`): what
-is checked is what existed when the window closed, not what the solution wrote after it.
+At the candidate's `end` the evaluator has that workload's outputs checked at once (`seal`: the
+checker copies every output file before it reads it), so what is checked is what existed when the
+window closed, not what the solution wrote after it; the next `go` waits for that check, so that
+no checking competes with a timed batch. The reference's process, once its workloads are done,
+says `checking` on its channel and becomes the attempt's checker (`checker.Checker`).
 
 The verdict (`judge`, in the evaluator): a candidate whose window exceeds what it reports plus the
 reference's overhead per timed set, times `K_OVERHEAD`, plus `SLACK_MS`, spent time it did not
@@ -35,9 +38,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import socket
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -88,6 +89,10 @@ class HarnessClock:
             raise ClockLost(f"the evaluator's channel gave no `go` for workload {uuid} (got {line[:200]!r})")
         return message
 
+    def channel(self) -> tuple[socket.socket, Any]:
+        """The socket and its reader, for what follows the timed batches on it (`checker.serve`)."""
+        return self._socket, self._reader
+
     def end(self, uuid: str, runs: int, total_ms: float, median_ms: float) -> None:
         _send(self._socket, {"op": "end", "uuid": uuid, "runs": runs, "total_ms": total_ms, "median_ms": median_ms})
 
@@ -117,14 +122,18 @@ class Window:
 
 class OuterClock:
     """Serves one child's channel in a thread while the evaluator waits for the child. `hand_over(uuid)`
-    runs at `ready` (before `begin` is stamped) and returns what `go` carries."""
+    runs at `ready` (before `begin` is stamped) and returns what `go` carries; `seal(uuid, runs)` at
+    `end`. Where `checker` (the reference's channel), a `checking` message ends the serving and
+    sets `checking`: the channel is then the checker's (`checker.Checker`)."""
 
     def __init__(self, channel: socket.socket, uuids: list[str],
                  hand_over: Callable[[str], dict[str, Any]],
-                 seal: Callable[[str, int], None] | None = None) -> None:
+                 seal: Callable[[str, int], None] | None = None, checker: bool = False) -> None:
         self.channel, self.uuids, self.hand_over, self.seal = channel, uuids, hand_over, seal
         self.windows: dict[str, Window] = {}
         self.violation: str | None = None
+        self.accepts_checking = checker
+        self.checking = threading.Event()
         self._open: str | None = None  # the workload whose `go` was sent last, until its `end`
         self._thread = threading.Thread(target=self._serve, name="outer-clock", daemon=True)
 
@@ -140,10 +149,14 @@ class OuterClock:
         self._thread.join(timeout=10)
         self.channel.close()
 
+    def join(self) -> None:
+        """The serving thread's end, the channel left open (after `checking`)."""
+        self._thread.join(timeout=10)
+
     def _serve(self) -> None:
         try:
-            with self.channel.makefile("rb") as reader:
-                self._read(reader)
+            with self.channel.makefile("rb") as reader:  # the reference sends nothing after `checking`
+                self._read(reader)                     # until asked: nothing of the checker's is buffered
         except OSError:
             return  # the channel was shut down: the child is gone
         finally:
@@ -158,7 +171,7 @@ class OuterClock:
             if not line:
                 return
             self.violation = self._take(line, now)
-            if self.violation:
+            if self.violation or self.checking.is_set():
                 return
 
     def _take(self, line: bytes, now: float) -> str | None:
@@ -179,6 +192,9 @@ class OuterClock:
             self.windows[uuid], self._open = Window(uuid, time.monotonic()), uuid
             _send(self.channel, {"op": "go", **payload})
             return None
+        if op == "checking" and self.accepts_checking and self._open is None:
+            self.checking.set()
+            return None
         if op == "end":
             if self._open is None or self._open != uuid:
                 return f"`end` for workload {uuid!r} without its `ready` on the evaluator's channel"
@@ -188,7 +204,7 @@ class OuterClock:
                 return f"an `end` the evaluator cannot read: {line[:200]!r}"
             self.windows[uuid] = Window(uuid, self.windows[uuid].begin_s, now, runs, total, median)
             self._open = None
-            if self.seal is not None:  # what its timed runs left, as it is now (`Sealer`)
+            if self.seal is not None:  # its outputs checked as they are now, before any later `go`
                 self.seal(uuid, runs)
             return None
         return f"an unknown message on the evaluator's channel: {line[:200]!r}"
@@ -231,57 +247,6 @@ def judge(latency: dict[str, Any], window: Window | None, reference: Window | No
             f"runs, whose reported times (median {window.median_ms:.4g} ms) and the reference's overhead explain "
             f"at most {allowed:.1f} ms: time spent that the solution's timer did not report (a tampered timer or "
             f"forged results)")
-
-
-class Sealer:
-    """The candidate's timed outputs as they were when its window closed. At `end` the evaluator
-    copies that workload's timed output files into its own memory, in the clock's thread: the
-    candidate goes on with its next workload's correctness rounds meanwhile, and its next `go`
-    waits for the copy, so that no copying competes with a timed batch. The checks read these copies. Without them a solution could
-    close its window at once and make its timed outputs afterwards, out of the outer clock's sight:
-    a file, or a mapping of it, stays writable through what it opened before. A timed output that
-    was not there at `end` is None (`checks.check_sets`: made after the window if it is there now);
-    one larger than its outputs can be keeps only its header (`Oversized`)."""
-
-    def __init__(self, outputs_dir: Path, rounds: int, indices: dict[str, int], limit: Callable[[str], int]) -> None:
-        self.outputs_dir, self.rounds, self.indices, self.limit = outputs_dir, rounds, indices, limit
-        self.sealed: dict[str, bytearray | Oversized | None] = {}
-
-    def seal(self, uuid: str, runs: int) -> None:
-        """Copies by set name (`w<i>_s<s>`) into `sealed`, complete once the clock has stopped."""
-        for s in range(self.rounds, self.rounds + max(0, runs)):
-            name = f"w{self.indices[uuid]}_s{s}"
-            self.sealed[name] = _read_regular(self.outputs_dir / f"{name}.st", self.limit(name))
-
-
-@dataclass(frozen=True)
-class Oversized:
-    """A timed output file larger than its outputs can be (`Sealer`'s limit): only its header was
-    kept, which says what it holds (`checks.check_sets` turns it into the shape or dtype it got
-    wrong, or a hack where its outputs are right and the rest is padding)."""
-    header: bytes
-
-
-MAX_HEADER = 1 << 20
-
-
-def _read_regular(path: Path, limit: int) -> bytearray | Oversized | None:
-    """The file's bytes if it is a regular file (not a link, a pipe or a device: the candidate
-    names them) of at most `limit` bytes; its header only if larger; None if it is not there or
-    not a regular file."""
-    try:
-        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb", buffering=0) as file:
-            info = os.fstat(file.fileno())
-            if not stat.S_ISREG(info.st_mode):
-                return None
-            if info.st_size <= limit:
-                data = bytearray(info.st_size)  # writable: the checks view it without a copy
-                got = file.readinto(data)
-                return data if got == info.st_size else data[:got]
-            head = file.read(8)
-            return Oversized(head + file.read(min(int.from_bytes(head, "little"), MAX_HEADER)))
-    except OSError:
-        return None
 
 
 def timed_hand_over(timed_dir: Path, inputs_dir: Path, rounds: int,

@@ -100,6 +100,27 @@ def _timed_sets(job: dict, definition: Definition, workload: Workload, index: in
     return first, made
 
 
+# The expected outputs, by set name (`w<i>_s<s>`), kept in this process for its checker role
+# (`checker.serve`): on the device while they take at most `DEVICE_SHARE` of its memory, else in
+# host memory (moved back one set at a time when checked).
+EXPECTED: dict[str, dict[str, Any]] = {}
+DEVICE_SHARE = 0.25
+_HELD = [0]  # bytes held on the device
+
+
+def _hold(name: str, outputs: dict[str, Any], device: torch.device) -> None:
+    """A copy of the set's outputs: the reference may return a tensor it changes later (an input
+    it works in place on, which its timed runs then reuse), and a file saved at once had the values
+    of this moment."""
+    nbytes = sum(v.nbytes for v in outputs.values() if isinstance(v, torch.Tensor))
+    on_device = device.type == "cuda" and (
+        _HELD[0] + nbytes <= DEVICE_SHARE * torch.cuda.get_device_properties(device).total_memory)
+    if on_device:
+        _HELD[0] += nbytes
+    EXPECTED[name] = {k: (v.detach().clone() if on_device or v.device.type == "cpu" else v.detach().cpu())
+                      if isinstance(v, torch.Tensor) else v for k, v in outputs.items()}
+
+
 class _SetFailed(Exception):
     def __init__(self, status: str, message: str) -> None:
         super().__init__(message)
@@ -140,8 +161,8 @@ def _reference_set(job: dict, definition: Definition, workload: Workload, index:
         raise _SetFailed("INVALID_REFERENCE", f"the reference's outputs on input set {s} cannot be matched, "
                                               f"not even by the reference: {problem}. The workload's inputs take "
                                               f"the reference out of its range.")
-    with _phase("save"):
-        tensorfile.save(outputs, Path(job["expected_dir"]) / f"w{index}_s{s}.st")
+    with _phase("hold"):
+        _hold(f"w{index}_s{s}", outputs, device)
     return inputs, sum(v.nbytes for v in (*inputs.values(), *outputs.values()) if isinstance(v, torch.Tensor))
 
 

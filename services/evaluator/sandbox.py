@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -249,17 +250,20 @@ def _spawner() -> ThreadPoolExecutor:
 
 
 def finish_child(child: StartedChild, job: str, timeout_s: float, progress: Path | None = None,
-                 stall_s: float | None = None) -> ChildRun:
+                 stall_s: float | None = None, until: threading.Event | None = None) -> ChildRun:
     """Hand `child` its job line and wait for it: killed, with its process group, after `timeout_s`,
-    or after `stall_s` without `progress` (a file the child rewrites after each step) changing."""
+    or after `stall_s` without `progress` (a file the child rewrites after each step) changing.
+    Where `until` is set first (the reference became the checker), the child is left running:
+    the returned exit code is None and its caller kills it later (`StartedChild.kill`)."""
     started = time.monotonic()
     try:
         child.process.stdin.write(job.encode() + b"\n")
         child.process.stdin.close()
     except (BrokenPipeError, OSError):
         pass  # it died while waiting: its exit code and log say why
-    timed_out = stalled = False
+    timed_out = stalled = kept = False
     deadline, last_change, last_seen = started + timeout_s, started, _mtime(progress)
+    poll_s = 0.25 if stall_s is not None else None
     try:
         while True:
             now = time.monotonic()
@@ -271,13 +275,22 @@ def finish_child(child: StartedChild, job: str, timeout_s: float, progress: Path
             if stalled or now >= deadline:
                 timed_out = True
                 break
+            wait_s = deadline - now if poll_s is None else min(deadline - now, poll_s)
+            if until is not None:
+                if until.wait(min(wait_s, 0.02)):
+                    kept = child.process.poll() is None
+                    break
+                if child.process.poll() is not None:
+                    break
+                continue
             try:
-                child.process.wait(timeout=min(deadline - now, 0.25) if stall_s is not None else deadline - now)
+                child.process.wait(timeout=wait_s)
                 break
             except subprocess.TimeoutExpired:
                 continue
     finally:
-        _kill_group(child.process)
+        if not kept:
+            _kill_group(child.process)
     return ChildRun(child.process.returncode, timed_out, time.monotonic() - started, _tail(child.log_path), stalled)
 
 

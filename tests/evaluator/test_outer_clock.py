@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from services.evaluator.outer_clock import (
-    K_OVERHEAD, SLACK_MS, SPREAD, ClockLost, HarnessClock, OuterClock, Oversized, Sealer, Window, accounted_ms, allowed_ms,
+    K_OVERHEAD, SLACK_MS, SPREAD, ClockLost, HarnessClock, OuterClock, Window, accounted_ms, allowed_ms,
     judge, overhead_per_set_ms, timed_hand_over,
 )
 
@@ -156,32 +156,31 @@ def test_the_hand_over_gives_the_timed_seeds_or_moves_the_timed_files(tmp_path: 
     assert sorted(p.name for p in inputs.iterdir()) == ["w1_s2.st", "w1_s3.st"] and not list(timed.iterdir())
 
 
-def test_the_sealer_keeps_the_timed_outputs_as_they_were_at_end(tmp_path: Path) -> None:
-    """Copies of workload 3's timed outputs (sets 2 and 3 after 2 rounds) taken at `end`: later
-    writes, through the path or a descriptor opened before, change nothing; a set missing then, or
-    that is not a regular file of at most its limit (a link, a pipe that would block the read, an
-    oversized file), has no copy."""
+def test_a_check_reads_the_outputs_as_they_are_when_it_runs(tmp_path: Path) -> None:
+    """What the checker reads at `end` (`checks.read_regular`): a copy taken then; later writes,
+    through the path or a descriptor opened before, change nothing; what is not a regular file of
+    at most its limit (a link, a pipe that would block the read, an oversized file) has no copy."""
+    from services.evaluator.checks import Oversized, read_regular
+
     (tmp_path / "w3_s2.st").write_bytes(b"at end")
     early = open(tmp_path / "w3_s3.st", "wb")  # opened before `end`, written after it
     early.write(b"x" * 10)
     early.flush()
-    sealer = Sealer(tmp_path, 2, {"u": 3}, lambda name: 10)
-    sealer.seal("u", 2)
-    copies = sealer.sealed
+    copies = [read_regular(tmp_path / name, 10) for name in ("w3_s2.st", "w3_s3.st")]
     (tmp_path / "w3_s2.st").write_bytes(b"afterwards")
     early.seek(0)
     early.write(b"y" * 10)
     early.close()
-    assert copies == {"w3_s2": b"at end", "w3_s3": b"x" * 10}
+    assert copies == [b"at end", b"x" * 10]
 
     (tmp_path / "w4_s2.st").symlink_to(tmp_path / "w3_s2.st")
     os.mkfifo(tmp_path / "w4_s3.st")
-    other = Sealer(tmp_path, 2, {"v": 4}, lambda name: 10)
-    other.seal("v", 3)
-    assert other.sealed == {"w4_s2": None, "w4_s3": None, "w4_s4": None}
+    assert [read_regular(tmp_path / n, 10) for n in ("w4_s2.st", "w4_s3.st", "w4_s4.st")] == [None, None, None]
+    (tmp_path / "big.st").write_bytes((16).to_bytes(8, "little") + b"h" * 16 + b"z" * 100)
+    assert read_regular(tmp_path / "big.st", 10) == Oversized((16).to_bytes(8, "little") + b"h" * 16)
 
 
-def test_an_oversized_timed_output_keeps_its_header_and_is_judged_by_it(tmp_path: Path) -> None:
+def test_an_oversized_timed_output_is_judged_by_its_header(tmp_path: Path) -> None:
     """Larger than the expected outputs allow: the header says what it got wrong (a dtype here,
     INCORRECT_DTYPE as a file read whole would say), and right outputs padded with more bytes are
     a hack (the harness writes nothing else)."""
@@ -198,17 +197,43 @@ def test_an_oversized_timed_output_keeps_its_header_and_is_judged_by_it(tmp_path
     outputs = tmp_path / "out"
     outputs.mkdir()
     tensorfile.save({"y": y}, outputs / "w0_s0.st")  # the correctness round: right
-    honest = (outputs / "w0_s0.st").stat().st_size
-    limit = lambda name: honest  # noqa: E731 - (the evaluator's: the expected outputs' bytes and 1 MiB)
-    for timed, status in (({"y": y.double()}, "INCORRECT_DTYPE"), ({"y": y, "pad": torch.zeros(4096)}, "REWARD_HACK")):
+    big = torch.zeros(2 << 20)  # beyond the limit: the expected outputs' bytes and 1 MiB
+    for timed, status in (({"y": y.double(), "pad": big}, "INCORRECT_DTYPE"), ({"y": y, "pad": big}, "REWARD_HACK")):
+        expected["w0_s1"] = {"y": y}
         tensorfile.save(timed, outputs / "w0_s1.st")
-        sealer = Sealer(outputs, 1, {"u": 0}, limit)
-        sealer.seal("u", 1)
-        sealed = sealer.sealed
-        assert isinstance(sealed["w0_s1"], Oversized)
-        check = check_sets(problem, workload, 0, 1, outputs, expected, torch.device("cpu"), 1, sealed)
+        check = check_sets(problem.definition, workload.effective_tolerance, 0, 1, 1, outputs, expected,
+                           torch.device("cpu"))
         assert check.status.value == status, check.message
         assert "timed run on input set 1" in check.message
+
+
+def test_a_missing_set_is_named_for_the_evaluator(tmp_path: Path) -> None:
+    import torch
+
+    from services.evaluator import tensorfile
+    from services.evaluator.checks import check_sets
+    from evalkit import affine_definition, affine_workloads, make_problem
+
+    problem = make_problem(tmp_path / "p", affine_definition(), affine_workloads())
+    workload = problem.workloads[0]
+    y = torch.ones(workload.axes["n"], 16)
+    tensorfile.save({"y": y}, tmp_path / "w0_s0.st")
+    check = check_sets(problem.definition, workload.effective_tolerance, 0, 1, 1, tmp_path,
+                       {"w0_s0": {"y": y}, "w0_s1": {"y": y}}, torch.device("cpu"))
+    assert check.status.value == "RUNTIME_ERROR" and check.missing == 1
+
+
+def test_checking_is_taken_only_from_the_checkers_channel() -> None:
+    """The reference's `checking` hands its channel over; from the candidate it breaks the protocol."""
+    for checker, violation in ((True, False), (False, True)):
+        ours, theirs = socket.socketpair()
+        clock = OuterClock(ours, ["a"], lambda uuid: {}, checker=checker)
+        clock.start()
+        theirs.sendall(b'{"op": "checking", "uuid": ""}\n')
+        clock.join()
+        assert clock.checking.is_set() is checker and (clock.violation is not None) is violation
+        ours.close()
+        theirs.close()
 
 
 def test_the_seal_runs_at_end_and_not_before(tmp_path: Path) -> None:
