@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import math
 import secrets
 import shutil
@@ -41,6 +42,8 @@ from shared.schema import (
 )
 from shared.settings import Settings
 from shared.sol import problem_score
+
+log = logging.getLogger(__name__)
 
 CHILD = ["-m", "services.evaluator.child"]
 
@@ -263,7 +266,11 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
     def seal(uuid: str, runs: int) -> None:
         """At the candidate's `end`: its outputs checked as they are now (`checks.check_sets`)."""
         index, made = timed[uuid]
-        verdicts[index] = checker.check(index, max(0, min(runs, made["timed_sets"])), dirs["outputs"])
+        try:
+            verdicts[index] = checker.check(index, max(0, min(runs, made["timed_sets"])), dirs["outputs"])
+        except Exception as error:  # the evaluator's own failure: never a pass, never the solution's hack
+            log.exception("checking workload %s failed", uuid)
+            verdicts[index] = Check(Status.RUNTIME_ERROR, f"checking these outputs failed in the evaluator: {error}")
 
     candidate = run_child(dirs["cand"], config, lambda: children.started("candidate"), dict(
         common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),

@@ -1,0 +1,76 @@
+"""The reference's process as the attempt's checker (`services/evaluator/checker.py`): it holds the
+expected outputs, checks each workload's outputs at the candidate's `end` (outer clock on) or after
+the candidate (off), and is gone when the attempt is; when it dies, nothing passes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
+from services.evaluator import checker as checker_module
+from services.evaluator import children as children_module
+from services.evaluator.evaluate import evaluate
+from shared.schema import Problem, Status
+
+AFFINE = "def run(x, w, b, y):\n    y.copy_(x * w + b)\n"
+OFF_BY_ONE = "def run(x, w, b, y):\n    y.copy_(x * w + b + 1)\n"
+
+
+@pytest.fixture
+def affine(tmp_path: Path) -> Problem:
+    return make_problem(tmp_path / "p", affine_definition(), affine_workloads())
+
+
+@pytest.mark.parametrize("clock", [True, False], ids=["outer_clock", "no_outer_clock"])
+def test_verdicts_come_from_the_checker_with_the_clock_on_or_off(affine, clock, monkeypatch):
+    asked: list[tuple[int, int]] = []
+    check = checker_module.Checker.check
+
+    def counted(self, index, runs, outputs_dir):
+        asked.append((index, runs))
+        return check(self, index, runs, outputs_dir)
+
+    monkeypatch.setattr(checker_module.Checker, "check", counted)
+    config = dataclasses.replace(FAST, outer_clock=clock)
+    honest = evaluate(affine, make_solution(AFFINE), config)
+    assert honest.status is Status.PASSED, honest.message
+    assert sorted(i for i, _ in asked) == list(range(len(affine.workloads)))  # each workload once
+    assert all(runs >= 1 for _, runs in asked)
+    wrong = evaluate(affine, make_solution(OFF_BY_ONE), config)
+    assert wrong.status is Status.INCORRECT_NUMERICAL and "correctness round 0" in wrong.message
+
+
+def test_the_checker_is_gone_with_the_attempt(affine, monkeypatch):
+    kept = []
+    made = children_module.Checker
+
+    def remembered(child, timeout_s):
+        kept.append(child)
+        return made(child, timeout_s)
+
+    monkeypatch.setattr(children_module, "Checker", remembered)
+    result = evaluate(affine, make_solution(AFFINE), FAST)
+    assert result.status is Status.PASSED, result.message
+    assert len(kept) == 1 and not kept[0].alive()
+
+
+def test_a_checker_that_died_passes_nothing(affine, monkeypatch):
+    check = checker_module.Checker.check
+
+    def killed_first(self, index, runs, outputs_dir):
+        os.kill(self.child.process.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while self.child.alive() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return check(self, index, runs, outputs_dir)
+
+    monkeypatch.setattr(checker_module.Checker, "check", killed_first)
+    result = evaluate(affine, make_solution(AFFINE), FAST)
+    assert result.status is Status.RUNTIME_ERROR and "checker" in result.message, result.message
+    assert result.workloads_passed == 0
