@@ -9,7 +9,8 @@ cached). A cold case gets an empty build cache whatever ran before it; the evalu
 is made before the first case, as the service does at start. On a CPU: `--device cpu --cases 2,6
 --workloads 4` (the pytorch cases, small workloads). The
 wall time of each phase (build, reference child, candidate child, checks) is recorded. Prints a
-table; writes JSON. `--outer-clock on|off` sets the evaluator's outer clock (its cost).
+table; writes JSON. `--outer-clock on|off` sets the evaluator's outer clock (its cost);
+`--gpu-handover on|off` whether output sets reach the checker in GPU memory or through files.
 """
 
 from __future__ import annotations
@@ -132,6 +133,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="attempts per case (the table shows the median)")
     parser.add_argument("--outer-clock", choices=["on", "off"],
                         help="the evaluator's outer clock (default: on, as in the evaluator)")
+    parser.add_argument("--gpu-handover", choices=["on", "off"],
+                        help="output sets to the checker in GPU memory (default: on, as in the evaluator)")
     args = parser.parse_args()
     cases = [CASES[int(k)] for k in args.cases.split(",")] if args.cases else CASES
     rows = []
@@ -143,7 +146,7 @@ def main() -> None:
             warm_up(args.device)
         for case, language, ahead in cases:
             config = EvalConfig(device=args.device, build_cache=cache, spares=spares if ahead else None,
-                                outer_clock=args.outer_clock != "off")
+                                outer_clock=args.outer_clock != "off", gpu_handover=args.gpu_handover != "off")
             if ahead:  # as in the evaluator service between attempts: spares started and warm
                 spares.refill(HOMES)
                 for spare in spares._ready.values():
@@ -168,7 +171,8 @@ def main() -> None:
                          + (f" --cases {args.cases}" if args.cases else "")
                          + (f" --workloads {args.workloads}" if args.workloads else "")
                          + (f" --repeat {args.repeat}" if args.repeat != 1 else "")
-                         + (f" --outer-clock {args.outer_clock}" if args.outer_clock else ""), "rows": rows}
+                         + (f" --outer-clock {args.outer_clock}" if args.outer_clock else "")
+                         + (f" --gpu-handover {args.gpu_handover}" if args.gpu_handover else ""), "rows": rows}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"turnaround on {hardware}")
     print(f"{'case':26} {'status':8} {'wall s':>7} {'build':>6} {'ref':>6} {'cand':>6} {'check':>6} clock")

@@ -31,6 +31,7 @@ from services.evaluator.sandbox import StartedChild
 from shared.schema import Definition, Status, Workload
 
 MAX_REPLY = 1 << 16
+MAX_REQUEST = 1 << 22  # a `check` carries the shared sets' handles
 
 
 # --- the evaluator's side --------------------------------------------------------------------------
@@ -44,10 +45,12 @@ class Checker:
         child.channel.settimeout(timeout_s)
         self._reader = child.channel.makefile("rb")
 
-    def check(self, index: int, runs: int, outputs_dir: Path) -> Check:
-        """Workload `index`'s correctness rounds and first `runs` timed runs, as the files are now."""
+    def check(self, index: int, runs: int, outputs_dir: Path, shared: dict | None = None) -> Check:
+        """Workload `index`'s correctness rounds and first `runs` timed runs, as they are now: from
+        their files, or from the candidate's GPU memory for the sets in `shared` (`gpu_handover`)."""
         try:
-            _send(self.child.channel, {"op": "check", "index": index, "runs": runs, "outputs_dir": str(outputs_dir)})
+            _send(self.child.channel, {"op": "check", "index": index, "runs": runs, "outputs_dir": str(outputs_dir),
+                                       "shared": shared})
             line = self._reader.readline(MAX_REPLY)
             reply = json.loads(line) if line else None
         except (OSError, ValueError) as error:
@@ -89,19 +92,29 @@ def serve(sock: socket.socket, reader, job: dict[str, Any], definition: Definiti
     _send(sock, {"op": "checking", "uuid": ""})
     rounds = job["correctness_rounds"]
     while True:
-        line = reader.readline(MAX_REPLY)
+        line = reader.readline(MAX_REQUEST)
         if not line:
             return
         message = json.loads(line)
         if message.get("op") != "check":
             return
         index = int(message["index"])
+        importer = None
         try:
+            shared = {int(s): d for s, d in (message.get("shared") or {}).items()}
+            if shared:
+                from services.evaluator import gpu_handover
+
+                gpu_handover.bind(device)
+                importer = gpu_handover.Importer(device)
             check = check_sets(definition, workloads[index].effective_tolerance, index, rounds, int(message["runs"]),
-                               Path(message["outputs_dir"]), expected, device)
+                               Path(message["outputs_dir"]), expected, device, shared, importer)
             reply = check.as_dict()
         except Exception:  # the harness's own failure: said as such, never a pass
             reply = Check(Status.RUNTIME_ERROR, "the checker failed:\n" + traceback.format_exc()[-2000:]).as_dict()
+        finally:
+            if importer is not None:
+                importer.close()  # before the reply: then the candidate may free what was shared
         for name in [n for n in expected if n.startswith(f"w{index}_s")]:
             del expected[name]
         _send(sock, reply)

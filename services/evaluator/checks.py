@@ -26,27 +26,35 @@ def timed_runs(result: dict[str, Any], timed_sets: int) -> int:
 
 
 def check_sets(definition: Definition, tolerance: Tolerance, index: int, rounds: int, runs: int, outputs_dir: Path,
-               expected_sets: dict[str, dict[str, Any]], device: torch.device) -> Check:
+               expected_sets: dict[str, dict[str, Any]], device: torch.device,
+               shared: dict[int, dict[str, Any]] | None = None, importer: Any = None) -> Check:
     """Every correctness round and the outputs of every timed run (`runs`: each had its own input
     set), every output tensor, as the files are now: each is copied into this process's memory
     before it is read (`read_regular`), so that what is checked is what existed at this moment.
     The checker runs this at the candidate's `end` where the outer clock is on. A set with no
-    such file has `Check.missing` set (the evaluator asks later whether it appeared after)."""
+    such file has `Check.missing` set (the evaluator asks later whether it appeared after). Sets in
+    `shared` (set number -> descriptor) are in the candidate's GPU memory instead: `importer`
+    (`gpu_handover.Importer`) copies them."""
     worst_abs = worst_rel = 0.0
     ratio = 1.0
     for s in range(rounds + max(0, runs)):
         name = f"w{index}_s{s}"
         expected = expected_sets[name]
         phase = "correctness round" if s < rounds else "timed run on input set"
-        copy = read_regular(outputs_dir / f"{name}.st", _set_limit(expected))
-        if copy is None:
-            return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for {phase} {s}", missing=s)
-        if isinstance(copy, Oversized):
-            return _oversized(definition, phase, s, copy, expected)
-        try:
-            actual = tensorfile.loads(copy, device)
-        except Exception as error:  # the file is the candidate's: unreadable means it was tampered with
-            return Check(Status.RUNTIME_ERROR, f"the outputs of input set {s} are unreadable: {error}")
+        if shared is not None and s in shared:
+            actual = importer.load(shared[s], expected)
+            if isinstance(actual, Check):
+                return Check(actual.status, f"{phase} {s}: {actual.message}")
+        else:
+            copy = read_regular(outputs_dir / f"{name}.st", _set_limit(expected))
+            if copy is None:
+                return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for {phase} {s}", missing=s)
+            if isinstance(copy, Oversized):
+                return _oversized(definition, phase, s, copy, expected)
+            try:
+                actual = tensorfile.loads(copy, device)
+            except Exception as error:  # the file is the candidate's: unreadable means it was tampered with
+                return Check(Status.RUNTIME_ERROR, f"the outputs of input set {s} are unreadable: {error}")
         for output in definition.outputs:
             want = expected[output].to(device) if isinstance(expected[output], torch.Tensor) else expected[output]
             check = compare(output, actual.get(output), want, tolerance)

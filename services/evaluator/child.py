@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from services.evaluator import tensorfile
+from services.evaluator import gpu_handover, tensorfile
 from services.evaluator.cutedsl import CompileFailed, CuteEntry
 from services.evaluator.entry import as_outputs, empty_outputs, load_entry
 from services.evaluator.guards import Guard, snapshot
@@ -139,7 +139,10 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         if "entry" not in state:
             if job.get("language") == "cute_dsl":
                 import cutlass.cute  # noqa: F401  (trusted, and before the guard's snapshot)
-            bind_runtime(device)  # what the guard reads the L2 set-aside with, before the guard's snapshot
+            bind_runtime(device)  # what the timer resets persisting L2 lines with, before the guard's snapshot
+            # Output sets shared in GPU memory where the job says so and cuda-python is here (else files).
+            state["share"] = bool(job.get("gpu_handover")) and state["clock"] is not None \
+                and device.type == "cuda" and gpu_handover.bind(device)
             guard = state["guard"] = Guard()  # before the solution's code runs at all
             # The verdict's own path, bound before the solution may rebind this module's names.
             state["verdict"] = (_enforce, guard.check, guard.check_inputs, guard.check_outputs, guard.check_call)
@@ -151,12 +154,17 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         outputs_dir = Path(job["outputs_dir"])
         rounds, timed_sets = job["correctness_rounds"], dict(zip(job["indices"], job["timed_sets"]))[index]
         axes = definition.resolve_axes(workload.axes)
+        share = state["share"]
+        held: dict[int, dict[str, Any]] = {}  # output sets kept on the device until `sealed`, where shared
         inputs: dict[str, Any] | None = None
         for s in range(rounds):
             inputs = _input_set(job, definition, workload, index, s, device)
             before = snapshot(inputs)
             outputs = _call(entry, definition, axes, inputs, dps, device)
             enforce(check() or check_inputs(before, inputs) or check_outputs(outputs))
+            if share:  # a copy of this moment's values (a later call may reuse the solution's buffers)
+                held[s] = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in outputs.items()}
+                continue
             with _phase("save"):
                 tensorfile.save(outputs, outputs_dir / f"w{index}_s{s}.st")
         timed: list[dict[str, Any]] = []
@@ -198,10 +206,15 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         clock_after = sm_clock_mhz(device)
         for t, outputs in last.items():  # inside the outer clock's window: the outputs exist at `end`
             enforce(check_outputs(outputs))
+            if share:
+                held[rounds + t] = outputs
+                continue
             with _phase("save"):
                 tensorfile.save(outputs, outputs_dir / f"w{index}_s{rounds + t}.st")
+        shared, keep = _share(held, device, outputs_dir, index)
         if clock is not None:
-            clock.end(workload.uuid, latency.runs, latency.total_ms, latency.median_ms)
+            clock.end(workload.uuid, latency.runs, latency.total_ms, latency.median_ms, shared)
+        del keep, held
         enforce(check())
         for before, after in zip(timed_before, timed):
             enforce(check_inputs(before, after))
@@ -253,6 +266,27 @@ def _input_set(job: dict, definition: Definition, workload: Workload, index: int
                              f"solution's fault: the workload's inputs do not come out the same from the same "
                              f"seed in two processes on this device")
     return inputs
+
+
+def _share(held: dict[int, dict[str, Any]], device: torch.device, outputs_dir: Path,
+           index: int) -> tuple[dict[int, Any] | None, list]:
+    """The held output sets' descriptors (`gpu_handover.export_set`), once the device is idle (no
+    work of the solution's still writing them); a set that cannot be shared is saved to its file.
+    Returns None where nothing is held (files only) and what must stay alive until `sealed`."""
+    if not held:
+        return None, []
+    shared: dict[int, Any] = {}
+    keep: list = []
+    synchronize(device)
+    with _phase("export"):
+        for s, outputs in held.items():
+            exported = gpu_handover.export_set(outputs, device)
+            if exported is None:
+                tensorfile.save(outputs, outputs_dir / f"w{index}_s{s}.st")
+                continue
+            shared[s], kept = exported
+            keep.extend(kept)
+    return shared, keep
 
 
 def _take_timed_seeds(job: dict, index: int, go: dict[str, Any]) -> None:

@@ -77,6 +77,9 @@ class EvalConfig:
     # On for every device: the thresholds were set on a CPU; on the H200 128 honest workloads of
     # the library's `cuda` seeds used at most 22% of their allowance (docs/results/hardening.md).
     outer_clock: bool = True
+    # On a GPU with the outer clock on: the candidate's output sets go to the checker in GPU memory
+    # (CUDA IPC, `gpu_handover`) instead of files. Off: files, as on a CPU.
+    gpu_handover: bool = True
 
     @property
     def regenerates_inputs(self) -> bool:
@@ -263,11 +266,12 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
     hand_over = timed_hand_over(dirs["timed"], dirs["inputs"], rounds, timed)
     verdicts: dict[int, Check] = {}
 
-    def seal(uuid: str, runs: int) -> None:
-        """At the candidate's `end`: its outputs checked as they are now (`checks.check_sets`)."""
+    def seal(uuid: str, runs: int, shared: dict | None) -> None:
+        """At the candidate's `end`: its outputs checked as they are now (`checks.check_sets`), from
+        its GPU memory for the sets it shared (`gpu_handover`)."""
         index, made = timed[uuid]
         try:
-            verdicts[index] = checker.check(index, max(0, min(runs, made["timed_sets"])), dirs["outputs"])
+            verdicts[index] = checker.check(index, max(0, min(runs, made["timed_sets"])), dirs["outputs"], shared)
         except Exception as error:  # the evaluator's own failure: never a pass, never the solution's hack
             log.exception("checking workload %s failed", uuid)
             verdicts[index] = Check(Status.RUNTIME_ERROR, f"checking these outputs failed in the evaluator: {error}")
@@ -275,7 +279,7 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
     candidate = run_child(dirs["cand"], config, lambda: children.started("candidate"), dict(
         common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
         entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
-        language=solution.spec.language.value,
+        language=solution.spec.language.value, gpu_handover=clock and config.gpu_handover,
         cubin_path=str(build.cubin_path) if build.cubin_path else None,
         extension_path=str(build.extension_path) if build.extension_path else None,
         destination_passing_style=solution.spec.destination_passing_style,

@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 K_OVERHEAD = 6.0  # the candidate's batch may cost this many times the reference's overhead per set
 SLACK_MS = 100.0  # plus this, per workload: scheduling and the evaluator's own reading of the channel
 SPREAD = 1.5  # what it reports: at most this times runs x median
-MAX_LINE = 1 << 16  # the evaluator reads no longer line from a child
+MAX_LINE = 1 << 22  # the evaluator reads no longer line from a child (an `end` carries its sets' handles)
 MAX_GO_LINE = 1 << 24  # the harness reads the evaluator's `go`: seeds and digests of every timed set
 
 
@@ -93,8 +93,21 @@ class HarnessClock:
         """The socket and its reader, for what follows the timed batches on it (`checker.serve`)."""
         return self._socket, self._reader
 
-    def end(self, uuid: str, runs: int, total_ms: float, median_ms: float) -> None:
-        _send(self._socket, {"op": "end", "uuid": uuid, "runs": runs, "total_ms": total_ms, "median_ms": median_ms})
+    def end(self, uuid: str, runs: int, total_ms: float, median_ms: float,
+            shared: dict[int, Any] | None = None) -> None:
+        """The batch's end. With `shared` (output sets in GPU memory, `gpu_handover`), waits for the
+        evaluator's `sealed`: until then the checker may be copying them."""
+        message = {"op": "end", "uuid": uuid, "runs": runs, "total_ms": total_ms, "median_ms": median_ms}
+        if shared is None:
+            _send(self._socket, message)
+            return
+        try:
+            _send(self._socket, {**message, "shared": shared})
+            line = self._reader.readline(MAX_LINE)
+        except OSError as error:
+            raise ClockLost(f"the evaluator's channel is closed: {error}") from None
+        if line.strip() != b'{"op": "sealed"}':
+            raise ClockLost(f"the evaluator's channel gave no `sealed` for workload {uuid} (got {line[:200]!r})")
 
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -128,7 +141,7 @@ class OuterClock:
 
     def __init__(self, channel: socket.socket, uuids: list[str],
                  hand_over: Callable[[str], dict[str, Any]],
-                 seal: Callable[[str, int], None] | None = None, checker: bool = False) -> None:
+                 seal: Callable[[str, int, dict | None], None] | None = None, checker: bool = False) -> None:
         self.channel, self.uuids, self.hand_over, self.seal = channel, uuids, hand_over, seal
         self.windows: dict[str, Window] = {}
         self.violation: str | None = None
@@ -204,8 +217,13 @@ class OuterClock:
                 return f"an `end` the evaluator cannot read: {line[:200]!r}"
             self.windows[uuid] = Window(uuid, self.windows[uuid].begin_s, now, runs, total, median)
             self._open = None
+            shared = message.get("shared")
+            if shared is not None and not isinstance(shared, dict):
+                return f"an `end` whose shared output sets the evaluator cannot read: {line[:200]!r}"
             if self.seal is not None:  # its outputs checked as they are now, before any later `go`
-                self.seal(uuid, runs)
+                self.seal(uuid, runs, shared)
+            if shared is not None:  # the checker has its copies: the candidate may let them go
+                _send(self.channel, {"op": "sealed"})
             return None
         return f"an unknown message on the evaluator's channel: {line[:200]!r}"
 

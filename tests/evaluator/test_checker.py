@@ -32,9 +32,9 @@ def test_verdicts_come_from_the_checker_with_the_clock_on_or_off(affine, clock, 
     asked: list[tuple[int, int]] = []
     check = checker_module.Checker.check
 
-    def counted(self, index, runs, outputs_dir):
+    def counted(self, index, runs, outputs_dir, shared=None):
         asked.append((index, runs))
-        return check(self, index, runs, outputs_dir)
+        return check(self, index, runs, outputs_dir, shared)
 
     monkeypatch.setattr(checker_module.Checker, "check", counted)
     config = dataclasses.replace(FAST, outer_clock=clock)
@@ -63,12 +63,12 @@ def test_the_checker_is_gone_with_the_attempt(affine, monkeypatch):
 def test_a_checker_that_died_passes_nothing(affine, monkeypatch):
     check = checker_module.Checker.check
 
-    def killed_first(self, index, runs, outputs_dir):
+    def killed_first(self, index, runs, outputs_dir, shared=None):
         os.kill(self.child.process.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while self.child.alive() and time.monotonic() < deadline:
             time.sleep(0.01)
-        return check(self, index, runs, outputs_dir)
+        return check(self, index, runs, outputs_dir, shared)
 
     monkeypatch.setattr(checker_module.Checker, "check", killed_first)
     result = evaluate(affine, make_solution(AFFINE), FAST)

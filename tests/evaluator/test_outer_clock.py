@@ -114,7 +114,9 @@ def test_a_broken_protocol_is_a_violation_and_closes_the_channel(messages: list[
 
 
 def test_garbage_and_overlong_lines_are_violations() -> None:
-    for line in (b"not json\n", b"x" * (1 << 17)):
+    from services.evaluator.outer_clock import MAX_LINE
+
+    for line in (b"not json\n", b"x" * (MAX_LINE + 1)):
         served = _Served(["a"])
         served.harness._socket.sendall(line)
         served.clock._thread.join(timeout=10)
@@ -238,7 +240,7 @@ def test_checking_is_taken_only_from_the_checkers_channel() -> None:
 
 def test_the_seal_runs_at_end_and_not_before(tmp_path: Path) -> None:
     sealed = []
-    served = _Served(["a"], seal=lambda uuid, runs: sealed.append((uuid, runs)))
+    served = _Served(["a"], seal=lambda uuid, runs, shared: sealed.append((uuid, runs)))
     served.harness.ready("a")
     assert sealed == []
     served.harness.end("a", 3, 3.0, 1.0)
@@ -247,3 +249,39 @@ def test_the_seal_runs_at_end_and_not_before(tmp_path: Path) -> None:
         time.sleep(0.01)
     served.stop()
     assert sealed == [("a", 3)] and served.clock.windows["a"].end_s is not None
+
+
+def test_an_end_with_shared_sets_waits_for_sealed_until_the_check_is_done() -> None:
+    """Output sets shared in GPU memory (`gpu_handover`): the harness's `end` returns only after the
+    evaluator's seal (the checker's copies) has returned, so it cannot let them go before."""
+    order: list[str] = []
+
+    def seal(uuid, runs, shared):
+        time.sleep(0.2)  # the checker copying
+        order.append(f"sealed {uuid} {runs} {sorted(shared)}")
+
+    served = _Served(["a"], seal=seal)
+    served.harness.ready("a")
+    served.harness.end("a", 2, 2.0, 1.0, {2: {"tensors": {}}, 3: {"tensors": {}}})
+    order.append("end returned")
+    clock = served.stop()
+    assert clock.violation is None
+    assert order == ["sealed a 2 ['2', '3']", "end returned"]
+
+
+def test_shared_sets_the_evaluator_cannot_read_are_a_violation() -> None:
+    served = _Served(["a"], seal=lambda uuid, runs, shared: None)
+    served.harness.ready("a")
+    served.send(op="end", uuid="a", runs=1, total_ms=1.0, median_ms=1.0, shared=[1, 2])
+    served.clock._thread.join(timeout=10)
+    assert "shared output sets" in (served.clock.violation or "")
+    served.stop()
+
+
+def test_an_end_that_gets_no_sealed_loses_the_clock() -> None:
+    served = _Served(["a"], seal=lambda uuid, runs, shared: None)
+    served.harness.ready("a")
+    served.clock.channel.shutdown(socket.SHUT_WR)  # the evaluator gone before it answered
+    with pytest.raises(ClockLost):
+        served.harness.end("a", 1, 1.0, 1.0, {2: {}})
+    served.stop()
