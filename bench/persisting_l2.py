@@ -52,9 +52,12 @@ def main() -> None:
     default_set_aside = _checked(rt.cudaDeviceGetLimit(limit), "cudaDeviceGetLimit")
     _checked(rt.cudaDeviceSetLimit(limit, props.persistingL2CacheMaxSize), "cudaDeviceSetLimit")
     set_aside = _checked(rt.cudaDeviceGetLimit(limit), "cudaDeviceGetLimit")
-    nbytes = min(args.mib << 20, props.accessPolicyMaxWindowSize, set_aside)
+    nbytes = min(args.mib << 20, props.accessPolicyMaxWindowSize, set_aside) // 4096 * 4096  # whole rows
     x = torch.randn(nbytes // 4, device=device)
-    out = torch.empty((), device=device)
+    # The read: row sums of 1024 floats, bandwidth-bound (a sum to one scalar is not: on the H200,
+    # 2026-12-03, it read 24 MiB in about 27 us whether L2 was hot or flushed, and showed nothing).
+    rows = x.view(-1, 1024)
+    out = torch.empty(rows.shape[0], device=device)
     scratch = torch.empty(2 * props.l2CacheSize // 4, dtype=torch.int32, device=device)
     stream = torch.cuda.current_stream().cuda_stream
 
@@ -75,7 +78,7 @@ def main() -> None:
 
     def timed_read(with_window: bool, flush: bool, reset: bool) -> float:
         window(nbytes if with_window else 0)
-        torch.sum(x, dim=0, out=out)  # the read that marks the lines (with the window)
+        torch.sum(rows, dim=1, out=out)  # the read that marks the lines (with the window)
         torch.cuda.synchronize()
         if reset:
             _checked(rt.cudaCtxResetPersistingL2Cache(), "cudaCtxResetPersistingL2Cache")
@@ -84,7 +87,7 @@ def main() -> None:
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        torch.sum(x, dim=0, out=out)
+        torch.sum(rows, dim=1, out=out)
         end.record()
         torch.cuda.synchronize()
         return start.elapsed_time(end) * 1e3
