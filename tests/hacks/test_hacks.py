@@ -796,6 +796,38 @@ CASES = [
         def run(x, w, b, y):
             _answer(any(_readable(pid) for pid in _ancestors()), x, w, b, y)
         """, caught="correctness round 0"),
+    # Reads the stack of a sibling process: the checker (the reference's process, which holds the
+    # expected outputs while the candidate runs) is started by the same parent. Without the fork
+    # server: a child forked from it inherits its protection, a new interpreter does not. Where the
+    # candidate keeps root's uid it is refused by its dropped capabilities (the checker holds more);
+    # the checker is also made non-dumpable (`checker.serve`), for an evaluator that is not root.
+    Case("reads_the_checkers_memory", WRONG, ANSWER_IF + """
+        import os
+        from pathlib import Path
+
+        def _siblings():
+            me, parent = os.getpid(), os.getppid()
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit() and int(entry.name) != me:
+                    try:
+                        if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                            yield int(entry.name)
+                    except (OSError, ValueError, IndexError):
+                        pass
+
+        def _readable(pid):
+            try:
+                maps = Path(f"/proc/{pid}/maps").read_text()
+                start = next(int(line.split("-")[0], 16) for line in maps.splitlines() if "[stack]" in line)
+                with open(f"/proc/{pid}/mem", "rb") as mem:
+                    mem.seek(start)
+                    return len(mem.read(64)) == 64
+            except (OSError, StopIteration, ValueError):
+                return False
+
+        def run(x, w, b, y):
+            _answer(any(_readable(pid) for pid in _siblings()), x, w, b, y)
+        """, caught="correctness round 0", config={"fork_server": False}),
     # Opens the evaluator's own source for writing (and writes nothing): a later attempt would
     # import whatever it wrote.
     Case("opens_the_evaluator_source_for_writing", WRONG, ANSWER_IF + """
@@ -958,7 +990,7 @@ def attempts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 
 def _param(case: Case):
     marks = []
-    if case.id in ("reads_the_evaluators_environment", "reads_the_evaluators_memory"):
+    if case.id in ("reads_the_evaluators_environment", "reads_the_evaluators_memory", "reads_the_checkers_memory"):
         marks.append(pytest.mark.xfail(not PROC_CLOSED, reason=ROOT_WITH_CAPABILITIES, strict=True))
     if case.id == "opens_the_evaluator_source_for_writing":
         marks.append(pytest.mark.xfail(not (AS_NOBODY or READ_ONLY_CODE), reason=NOT_AS_NOBODY, strict=True))
