@@ -1,8 +1,11 @@
-"""One attempt: build -> reference child -> candidate child -> check -> one Trace per workload.
+"""One attempt: build -> reference child -> candidate child, checked by the reference's process ->
+one Trace per workload.
 
 The input sets of a workload of random and scalar inputs reach the candidate as each set's seed
 (with the digest the reference took of it), and the candidate makes them again; other workloads'
-sets, and the expected and the candidate's outputs, go through files in the attempt folder.
+sets go through files in the attempt folder. The expected outputs never leave the reference's
+process, which stays on as the attempt's checker (`checker`); the candidate's outputs reach it in
+GPU memory (`gpu_handover`) or through files, and only verdicts come back here.
 Where the outer clock is on (`EvalConfig.outer_clock`), this process also times each child's timed
 batch per workload on its own clock and hands the timed sets over only when that window opens
 (`outer_clock`, `children`)."""
@@ -22,11 +25,10 @@ from pathlib import Path
 
 import torch
 
-from services.evaluator import tensorfile
 from services.evaluator.build import Build, build_solution
 from services.evaluator.checks import reference_failed, timed_runs
 from services.evaluator.children import run_child
-from services.evaluator.correctness import Check, compare
+from services.evaluator.correctness import Check
 from services.evaluator.inputs import NOT_REPRODUCED
 from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.outer_clock import timed_hand_over
@@ -140,8 +142,6 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workl
             compiled: dict[str, float] = {}
         else:
             outcomes, compiled = _run(problem, solution, workloads, build, config, children, say)
-            if _check_device(config).type == "cuda":
-                torch.cuda.empty_cache()  # the expected outputs held for checking: give the GPU back
     finally:
         children.close()
     traces = [_trace(problem, solution, w, o, config, attempt) for w, o in zip(workloads, outcomes)]
@@ -382,24 +382,13 @@ def _summarize(traces: list[Trace], compiled: dict[str, float]) -> AttemptResult
 
 
 def warm_up(device: str) -> None:
-    """What the evaluator's own process does on a device in every attempt, done once ahead: its
-    CUDA context, a set file loaded onto the device and one comparison, and the import that the
-    first SOL count pays (on the H200 the first attempt of a process spent 3.4-9 s more in its
-    checks than the next ones, 2026-12-03)."""
-    import tempfile
-
-    from shared.schema import Tolerance
-
+    """What the evaluator's own process pays once, done ahead at start: its CUDA context, and the
+    import that the first SOL count of a process pays (on the H200 the first attempt of a process
+    spent 3.4-9 s more than the next ones, 2026-12-03). The checks themselves run in the checker
+    (the reference's process), not here."""
     target = torch.device(device)
-    with tempfile.TemporaryDirectory(dir=scratch_root(EvalConfig(device=device))) as folder:
-        path = Path(folder) / "warm.st"
-        values = {"y": torch.arange(64, dtype=torch.float32), "n": 64}
-        tensorfile.save(values, path)
-        loaded = tensorfile.load(path, target)
-    for dtype in (torch.float32, torch.bfloat16):
-        y = loaded["y"].to(dtype)
-        compare("y", y, y.clone(), Tolerance(max_atol=1e-3, max_rtol=1e-3))
     if target.type == "cuda":
+        torch.empty(1, device=target)
         torch.cuda.synchronize(target)
         importlib.import_module("torch._dynamo")  # what the first SOL count of a process imports (1.5-3.4 s)
 

@@ -1,5 +1,5 @@
 """The `evaluate` task: decode the ids, run the attempt, retry only infrastructure faults. At
-start-up a GPU evaluator warms up its own checks (`evaluate.warm_up`), calibrates its ceilings
+start-up a GPU evaluator makes its CUDA context ahead (`evaluate.warm_up`), calibrates its ceilings
 when none recent is stored (`calibrate.ensure`), then sends again what it was running when it
 last stopped (`record.recover`)."""
 

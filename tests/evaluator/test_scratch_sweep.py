@@ -85,12 +85,3 @@ def test_a_killed_evaluator_leaves_folders_that_the_next_pool_removes(tmp_path):
         evaluator.stdout.close()
     Spares("cpu", str(tmp_path)).close()
     assert list(tmp_path.iterdir()) == []
-
-
-def test_the_evaluators_warm_up_leaves_nothing_in_the_scratch_folder():
-    from services.evaluator.evaluate import EvalConfig, scratch_root, warm_up
-
-    root = Path(scratch_root(EvalConfig(device="cpu")) or "/tmp")
-    before = set(root.iterdir())
-    warm_up("cpu")
-    assert set(root.iterdir()) - before == set()
