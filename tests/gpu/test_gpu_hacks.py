@@ -1,4 +1,4 @@
-"""Hacks that need a GPU (issue 10's list): L2 lines marked persisting across calls, a CUDA
+"""Hacks that need a GPU (issue 10's list): a time below the physical floor, L2 lines marked persisting across calls, a CUDA
 graph replayed on the pointers it captured, work left running after the call returns, and results
 copied from an earlier call's outputs by a stream the timer might not watch. None may end PASSED with a time it did not pay for.
 
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.gpu,
 
 from services.evaluator.evaluate import evaluate  # noqa: E402
 from shared.schema import Solution, Status  # noqa: E402
-from test_cuda_language import config, problem  # noqa: E402,F401 - shared fixtures
+from test_cuda_language import GOOD, config, cuda_solution, problem  # noqa: E402,F401 - shared fixtures
 
 # Captures `y = x * w` once per shape with the first call's tensors, then only replays: every later
 # call gets the first call's product, in the first call's output buffer.
@@ -125,3 +125,16 @@ def test_persisting_l2_lines_pass_and_are_reset_before_every_flush(problem, conf
     result = evaluate(problem, pytorch_solution("persisting_l2", PERSISTING_L2), config)
     assert result.status is Status.PASSED, result.message
     assert all(t.evaluation.timing.l2_persisting_reset is True for t in result.traces), result.traces
+
+
+def test_a_time_below_the_physical_floor_is_a_reward_hack_on_the_gpu(problem, config):
+    """The SOL guard with the GPU's own timing: priced on an H200 row whose bandwidth is a millionth
+    of a GB/s, a real kernel's real time is impossibly fast, and must be REWARD_HACK, never a record."""
+    import dataclasses
+
+    from shared.hardware import lookup
+
+    slow = dataclasses.replace(lookup("NVIDIA H200"), dram_gbps=1e-6, measured_bandwidth_gbps=None)
+    result = evaluate(problem, cuda_solution(GOOD), dataclasses.replace(config, hardware=slow))
+    assert result.status is Status.REWARD_HACK and "below the physical floor" in result.message, result.message
+    assert all(t.evaluation.performance is None for t in result.traces)
