@@ -126,7 +126,22 @@ def _forge(handshake=False, use_go=False, slow_s=0.0, late=False):
         results.append({"uuid": workload["uuid"], "status": "OK", "latency": {**FAKE, "runs": timed_sets}})
     Path(JOB["result_path"]).write_text(json.dumps({"workloads": results}))
 """
-ANSWER_IF, FORGE = (textwrap.indent(part, " " * 8) for part in (ANSWER_IF, FORGE))
+# Whether 64 bytes of a process's stack can be read through /proc/<pid>/mem (the memory cases).
+READS_STACK = """
+from pathlib import Path
+
+
+def _readable(pid):
+    try:
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        start = next(int(line.split("-")[0], 16) for line in maps.splitlines() if "[stack]" in line)
+        with open(f"/proc/{pid}/mem", "rb") as mem:
+            mem.seek(start)
+            return len(mem.read(64)) == 64
+    except (OSError, StopIteration, ValueError):
+        return False
+"""
+ANSWER_IF, FORGE, READS_STACK = (textwrap.indent(part, " " * 8) for part in (ANSWER_IF, FORGE, READS_STACK))
 
 CASES = [
     # --- the reference's results or memory ---------------------------------------------------------
@@ -771,7 +786,7 @@ CASES = [
     # Reads the memory of the evaluator itself (its parent's parent: the fork server's parent, or
     # its parent where there is no fork server), where the expected outputs live during the run:
     # a few bytes of its stack's first page, found through /proc/<pid>/maps.
-    Case("reads_the_evaluators_memory", WRONG, ANSWER_IF + """
+    Case("reads_the_evaluators_memory", WRONG, ANSWER_IF + READS_STACK + """
         import os
         from pathlib import Path
 
@@ -783,16 +798,6 @@ CASES = [
             except (OSError, ValueError, IndexError):
                 pass
 
-        def _readable(pid):
-            try:
-                maps = Path(f"/proc/{pid}/maps").read_text()
-                start = next(int(line.split("-")[0], 16) for line in maps.splitlines() if "[stack]" in line)
-                with open(f"/proc/{pid}/mem", "rb") as mem:
-                    mem.seek(start)
-                    return len(mem.read(64)) == 64
-            except (OSError, StopIteration, ValueError):
-                return False
-
         def run(x, w, b, y):
             _answer(any(_readable(pid) for pid in _ancestors()), x, w, b, y)
         """, caught="correctness round 0"),
@@ -801,7 +806,7 @@ CASES = [
     # server: a child forked from it inherits its protection, a new interpreter does not. Where the
     # candidate keeps root's uid it is refused by its dropped capabilities (the checker holds more);
     # the checker is also made non-dumpable (`checker.serve`), for an evaluator that is not root.
-    Case("reads_the_checkers_memory", WRONG, ANSWER_IF + """
+    Case("reads_the_checkers_memory", WRONG, ANSWER_IF + READS_STACK + """
         import os
         from pathlib import Path
 
@@ -814,16 +819,6 @@ CASES = [
                             yield int(entry.name)
                     except (OSError, ValueError, IndexError):
                         pass
-
-        def _readable(pid):
-            try:
-                maps = Path(f"/proc/{pid}/maps").read_text()
-                start = next(int(line.split("-")[0], 16) for line in maps.splitlines() if "[stack]" in line)
-                with open(f"/proc/{pid}/mem", "rb") as mem:
-                    mem.seek(start)
-                    return len(mem.read(64)) == 64
-            except (OSError, StopIteration, ValueError):
-                return False
 
         def run(x, w, b, y):
             _answer(any(_readable(pid) for pid in _siblings()), x, w, b, y)
