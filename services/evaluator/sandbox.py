@@ -13,7 +13,10 @@ given. Where `nobody` cannot run the interpreter (Python under a root-only home)
 candidate keeps uid 0 but gets a mount namespace in which the code it runs (this package, the
 standard library, the site-packages of torch) is mounted read-only, and then gives up every
 capability: as the owner it can still read root's files, but it can neither write the code that
-later children import nor read the memory or environment of a process that is not dumpable. The
+later children import nor read the memory or environment of a process that is not dumpable. Where
+the evaluator is not root, the candidate enters a user namespace of its own where the machine
+allows one (keeping its uid): a network namespace and the same read-only code in a mount namespace,
+then no capabilities; it can still write its user's other files. The
 processes that start children (the evaluator, the fork server) make themselves not dumpable
 (`protect_self`), so a candidate of the same user and without CAP_SYS_PTRACE cannot read their
 /proc/<pid>/mem or environ. `isolation()` says what is applied on this machine.
@@ -49,7 +52,11 @@ PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM
 LOG_TAIL_CHARS = 8000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
+# A bind mount's flags a read-only remount must keep (in a user namespace the kernel refuses to
+# clear them): statvfs's ST_* bit -> mount's MS_* bit.
+KEPT_MOUNT_FLAGS = {0x2: 0x2, 0x4: 0x4, 0x8: 0x8, 0x400: 0x400, 0x800: 0x800, 0x1000: 0x200000}
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 CAPSET_SYSCALL = {"x86_64": 126, "aarch64": 91}.get(platform.machine())  # no wrapper in glibc
 CAPABILITY_VERSION_3 = 0x20080522
@@ -83,24 +90,29 @@ def scrubbed_env(home: Path) -> dict[str, str]:
 
 def isolation() -> dict[str, bool]:
     """What confinement an untrusted child gets here: rlimits always; a private network and the
-    `nobody` identity only when the evaluator runs as root (the latter also needs an interpreter
-    and libraries that `nobody` may read); as root without `nobody`, read-only code and no
-    capabilities (`shielded_paths`)."""
+    `nobody` identity when the evaluator runs as root (the latter also needs an interpreter and
+    libraries that `nobody` may read); as root without `nobody`, read-only code and no
+    capabilities (`shielded_paths`); not as root, a user namespace of its own where the machine
+    allows one, which gives it a private network, read-only code and no capabilities."""
     root = os.geteuid() == 0
     nobody = unprivileged_ids() is not None
     keeps_root = root and not nobody
-    return {"limits": True, "network_namespace": root and _can_unshare_net(), "unprivileged_user": nobody,
-            "read_only_code": keeps_root and _can_shield("mount"),
-            "no_capabilities": keeps_root and _can_shield("capabilities")}
+    user_namespace = not root and _can_shield("user_namespace")
+    return {"limits": True, "network_namespace": (root and _can_unshare_net()) or user_namespace,
+            "unprivileged_user": nobody, "user_namespace": user_namespace,
+            "read_only_code": (keeps_root and _can_shield("mount")) or user_namespace,
+            "no_capabilities": (keeps_root and _can_shield("capabilities")) or user_namespace}
 
 
 @functools.cache
 def shielded_paths(ids: tuple[int, int] | None) -> tuple[str, ...]:
     """The folders a candidate that keeps root's uid (`ids` None, the evaluator root) sees
     read-only: this package, the standard library, the site-packages holding torch (and the
-    virtual environment's, where it lies elsewhere). Empty where the candidate runs as `nobody`
-    (it cannot write them anyway) or the evaluator is not root (it cannot mount)."""
-    if ids is not None or os.geteuid() != 0:
+    virtual environment's, where it lies elsewhere); or, where the evaluator is not root, that its
+    candidate (of the same user) sees read-only, inside a user namespace of its own where this
+    machine allows one (`_confine`). Empty where the candidate runs as `nobody` (it cannot write
+    them anyway), or where neither applies."""
+    if ids is not None or (os.geteuid() != 0 and not _can_shield("user_namespace")):
         return ()
     import torch
 
@@ -329,6 +341,11 @@ def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, shiel
         if memory_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
         lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
+        if os.geteuid() != 0 and shield:  # a user namespace of its own: network, mounts, then no capabilities
+            if not (_enter_user_namespace(lib) and _mount_read_only(shield, lib)):
+                os.write(2, b"kernelswarm sandbox: no user namespace here; the code stays writable\n")
+            elif not _drop_capabilities(lib):
+                os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
         if os.geteuid() == 0:
             if lib.unshare(CLONE_NEWNET) != 0:
                 os.write(2, b"kernelswarm sandbox: no network namespace here; network stays reachable\n")
@@ -351,9 +368,43 @@ def _mount_read_only(paths: tuple[bytes, ...], lib: ctypes.CDLL) -> bool:
     if lib.unshare(CLONE_NEWNS) != 0 or lib.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return False
     for path in paths:
+        kept = _kept_flags(path)
         if lib.mount(path, path, None, MS_BIND | MS_REC, None) != 0:
             return False
-        if lib.mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY, None) != 0:
+        if lib.mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept, None) != 0:
+            return False
+    return True
+
+
+def _kept_flags(path: bytes) -> int:
+    """The mount flags of `path`'s mount that a remount must keep (`KEPT_MOUNT_FLAGS`)."""
+    try:
+        have = os.statvfs(path).f_flag
+    except OSError:
+        return 0
+    return sum(ms for st, ms in KEPT_MOUNT_FLAGS.items() if have & st)
+
+
+def _enter_user_namespace(lib: ctypes.CDLL) -> bool:
+    """A user namespace of its own in which this process keeps its uid and gid (each mapped to
+    itself) and, until it execs or drops them, every capability over its own new namespaces: a
+    network namespace (no interface but a downed loopback) made with it, and the mount namespace
+    `_mount_read_only` makes next. What an evaluator that is not root can give its candidate."""
+    uid, gid = os.getuid(), os.getgid()
+    # Inherited from the evaluator (`protect_self`), not dumpable would leave /proc/self/uid_map
+    # to root: this process could not write its own map. Its own memory is the candidate's.
+    lib.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+    if lib.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
+        return False
+    for name, text in ((b"/proc/self/setgroups", b"deny"), (b"/proc/self/uid_map", b"%d %d 1" % (uid, uid)),
+                       (b"/proc/self/gid_map", b"%d %d 1" % (gid, gid))):
+        try:
+            fd = os.open(name, os.O_WRONLY)
+            try:
+                os.write(fd, text)
+            finally:
+                os.close(fd)
+        except OSError:
             return False
     return True
 
@@ -374,15 +425,20 @@ def _drop_capabilities(lib: ctypes.CDLL) -> bool:
 @functools.cache
 def _can_shield(part: str) -> bool:
     """Whether a child here can mount read-only in a namespace of its own (`part` "mount":
-    containers without CAP_SYS_ADMIN cannot), or drop its capabilities ("capabilities"): tried in
-    a child, on a folder of its own."""
+    containers without CAP_SYS_ADMIN cannot), drop its capabilities ("capabilities"), or, not
+    being root, do both inside a user namespace of its own ("user_namespace": kernels or security
+    modules may forbid those to unprivileged users): tried in a child, on a folder of its own."""
     with tempfile.TemporaryDirectory() as folder:
-        test = {"mount": f"_mount_read_only(({folder.encode()!r},), lib) and not os.access({folder!r}, os.W_OK)",
-                "capabilities": "_drop_capabilities(lib)"}[part]
+        read_only = f"_mount_read_only(({folder.encode()!r},), lib) and not os.access({folder!r}, os.W_OK)"
+        test = {"mount": read_only, "capabilities": "_drop_capabilities(lib)",
+                "user_namespace": f"_enter_user_namespace(lib) and {read_only} and _drop_capabilities(lib)"}[part]
         code = (f"import ctypes, os, sys; sys.path.insert(0, {str(PACKAGE_ROOT)!r}); "
-                "from services.evaluator.sandbox import _mount_read_only, _drop_capabilities; "
+                "from services.evaluator.sandbox import _mount_read_only, _drop_capabilities, _enter_user_namespace; "
                 f"lib = ctypes.CDLL(None, use_errno=True); sys.exit(0 if {test} else 1)")
-        return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+        try:
+            return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+        except OSError:  # this user cannot run the interpreter at all
+            return False
 
 
 def _can_unshare_net() -> bool:

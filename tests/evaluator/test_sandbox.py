@@ -170,3 +170,77 @@ def test_an_isolated_child_has_no_capabilities_no_writable_code_and_no_view_of_i
     if not keeps_root or isolation()["read_only_code"]:
         assert not probe["code_writable"]
     assert probe["address_space"] == limit and not probe["allocated_beyond"]  # a CPU device's bound
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="becomes `nobody` to play an evaluator that is not root")
+def test_a_candidate_of_an_evaluator_that_is_not_root_gets_read_only_code_and_no_network():
+    """An evaluator that is not root cannot mount or make namespaces itself; its candidate gets a
+    user namespace of its own (where the machine allows one): its network is private, the code it
+    is shielded from is read-only, and it cannot remount it writable. Played here by a forked
+    process that becomes `nobody`, checks that it can write the folder, then confines itself as the
+    candidate's child would."""
+    import errno
+    import shutil
+    import socket
+    import tempfile
+
+    from services.evaluator import sandbox
+    from shared.process import libc
+
+    outer = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    outer.chmod(0o755)  # under a folder `nobody` may enter (pytest's own is root's, 0700)
+    code = outer / "code"
+    code.mkdir()
+    code.chmod(0o777)  # writable by `nobody` before: only the confinement can stop it
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    lib = libc()
+    pid = os.fork()
+    if pid == 0:  # the stand-in evaluator's candidate
+        failed = 0
+        try:
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            probe = os.fork()  # whether this kernel lets `nobody` have a user namespace at all
+            if probe == 0:
+                os._exit(0 if lib.unshare(sandbox.CLONE_NEWUSER) == 0 else 1)
+            if os.waitstatus_to_exitcode(os.waitpid(probe, 0)[1]) != 0:
+                os._exit(77)
+            (code / "before.py").write_text("x = 0\n")  # it can, before
+            sandbox._confine(True, None, lib, (str(code).encode(),))
+            try:
+                (code / "planted.py").write_text("x = 1\n")
+                failed |= 1
+            except OSError as error:
+                failed |= 0 if error.errno == errno.EROFS else 8
+            connection = socket.socket()
+            try:
+                connection.settimeout(2)
+                connection.connect(("127.0.0.1", port))  # a numeric address: no codec to import as `nobody`
+                failed |= 2
+            except OSError:
+                pass
+            finally:
+                connection.close()
+            flags = sandbox.MS_BIND | sandbox.MS_REMOUNT | sandbox._kept_flags(str(code).encode())
+            if lib.mount(None, str(code).encode(), None, flags, None) == 0:  # the bind made writable again
+                failed |= 4
+        except BaseException:  # noqa: BLE001 - anything else is a failure of the test's own
+            import traceback
+
+            traceback.print_exc()
+            failed = 99
+        os._exit(failed)
+    _, status = os.waitpid(pid, 0)
+    server.close()
+    planted = (code / "planted.py").exists()
+    shutil.rmtree(outer)
+    outcome = os.waitstatus_to_exitcode(status)
+    if outcome == 77:
+        pytest.skip("this machine forbids user namespaces to unprivileged users")
+    assert outcome == 0, {1: "code writable", 2: "network reachable", 4: "could remount it writable",
+                          8: "not refused as a read-only file system"}.get(outcome, outcome)
+    assert not planted
