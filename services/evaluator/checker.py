@@ -44,22 +44,25 @@ class Checker:
         self.child = child
         child.channel.settimeout(timeout_s)
         self._reader = child.channel.makefile("rb")
+        self._lost: str | None = None  # once a reply is missing or out of turn, no later one is trusted
 
     def check(self, index: int, runs: int, outputs_dir: Path, shared: dict | None = None) -> Check:
         """Workload `index`'s correctness rounds and first `runs` timed runs, as they are now: from
         their files, or from the candidate's GPU memory for the sets in `shared` (`gpu_handover`)."""
-        try:
-            _send(self.child.channel, {"op": "check", "index": index, "runs": runs, "outputs_dir": str(outputs_dir),
-                                       "shared": shared})
-            line = self._reader.readline(MAX_REPLY)
-            reply = json.loads(line) if line else None
-        except (OSError, ValueError) as error:
-            reply, line = None, str(error).encode()
-        if not isinstance(reply, dict) or "status" not in reply:
-            return Check(Status.RUNTIME_ERROR, f"the attempt's checker (the reference's process) ended before "
-                                               f"checking these outputs ({line[:200]!r}); its log: "
-                                               f"{self.child.log_path.read_text(errors='replace')[-1000:] if self.child.log_path.exists() else ''}")
-        return Check.from_dict(reply)
+        if self._lost is None:
+            try:
+                _send(self.child.channel, {"op": "check", "index": index, "runs": runs,
+                                           "outputs_dir": str(outputs_dir), "shared": shared})
+                line = self._reader.readline(MAX_REPLY)
+                reply = json.loads(line) if line else None
+            except (OSError, ValueError) as error:
+                reply, line = None, str(error).encode()
+            if isinstance(reply, dict) and "status" in reply and reply.get("index") == index:
+                return Check.from_dict(reply)
+            self._lost = repr(line[:200])
+        return Check(Status.RUNTIME_ERROR, f"the attempt's checker (the reference's process) stopped answering "
+                                           f"before it checked these outputs ({self._lost}); not the solution's "
+                                           f"verdict")
 
     def close(self) -> None:
         try:
@@ -117,4 +120,4 @@ def serve(sock: socket.socket, reader, job: dict[str, Any], definition: Definiti
                 importer.close()  # before the reply: then the candidate may free what was shared
         for name in [n for n in expected if n.startswith(f"w{index}_s")]:
             del expected[name]
-        _send(sock, reply)
+        _send(sock, {**reply, "index": index})

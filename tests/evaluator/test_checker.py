@@ -74,3 +74,30 @@ def test_a_checker_that_died_passes_nothing(affine, monkeypatch):
     result = evaluate(affine, make_solution(AFFINE), FAST)
     assert result.status is Status.RUNTIME_ERROR and "checker" in result.message, result.message
     assert result.workloads_passed == 0
+
+
+def test_a_reply_out_of_turn_ends_the_checkers_trust():
+    """A reply for another workload (or none in time) is never taken for this one's verdict, and
+    no later reply is trusted either: the rest are RUNTIME_ERROR without asking."""
+    import json
+    import socket
+    from types import SimpleNamespace
+
+    ours, theirs = socket.socketpair()
+    killed = []
+    child = SimpleNamespace(channel=ours, kill=lambda: killed.append(True))
+    checker = checker_module.Checker(child, timeout_s=5)
+    theirs.sendall(json.dumps({"status": "PASSED", "index": 1}).encode() + b"\n")  # workload 1's, early
+    first = checker.check(0, 1, Path("/nonexistent"))
+    asked = theirs.recv(1 << 16)
+    assert first.status is Status.RUNTIME_ERROR and "stopped answering" in first.message
+    assert json.loads(asked.splitlines()[0])["index"] == 0
+    theirs.setblocking(False)
+    second = checker.check(1, 1, Path("/nonexistent"))
+    assert second.status is Status.RUNTIME_ERROR
+    with pytest.raises(BlockingIOError):
+        theirs.recv(1 << 16)  # nothing more was asked
+    checker.close()
+    assert killed == [True]
+    ours.close()
+    theirs.close()
