@@ -22,29 +22,18 @@ from typing import Any
 
 import torch
 
+from services.evaluator import timing
 from services.evaluator.correctness import Check
 from shared.schema import Status, Tolerance
 
-# cuda-python's driver and runtime, bound once per process before the solution loads (the guard
-# watches the functions used here). Filled in place, never rebound.
-_CUDA: list[Any] = []
-
-
 def bind(device: torch.device) -> bool:
-    """cuda-python on `device`, once per process; False where it is missing (files then)."""
-    if not _CUDA:
-        try:
-            from cuda.bindings import driver, runtime
-
-            runtime.cudaSetDevice(device.index or 0)
-            _CUDA.append((driver, runtime))
-        except Exception:  # no cuda-python: every set goes through its file
-            _CUDA.append(None)
-    return _CUDA[0] is not None
+    """cuda-python on `device` (the binding the timer resets L2 with); False where it is missing (files then)."""
+    timing.bind_runtime(device)
+    return bound() is not None
 
 
 def bound() -> tuple[Any, Any] | None:
-    return _CUDA[0] if _CUDA else None
+    return timing.cuda_bindings()
 
 
 def export_set(outputs: dict[str, Any], device: torch.device) -> tuple[dict[str, Any], list[torch.Tensor]] | None:

@@ -59,13 +59,11 @@ def _watched() -> list[tuple[Any, str]]:
     watched += [(timing._GpuClock, name) for name in ("__init__", "time", "latency")]
     watched += [(timing.CuptiRecorder, name) for name in ("start", "stop_span_ms", "_buffer_completed")]
     watched += [(torch.cuda, "_sleep"), (torch.Tensor, "fill_")]
-    if timing._CUDART and timing._CUDART[0] is not None:  # what resets persisting L2 lines before each flush
-        watched += [(timing._CUDART[0], "cudaCtxResetPersistingL2Cache"), (timing._CUDART[0], "cudaError_t")]
-    from services.evaluator import gpu_handover
-
-    if gpu_handover.bound() is not None:  # what shares the output sets in GPU memory
-        driver, runtime = gpu_handover.bound()
-        watched += [(driver, "cuMemGetAddressRange"), (runtime, "cudaIpcGetMemHandle"), (runtime, "cudaIpcMemHandle_t")]
+    if timing.cuda_bindings() is not None:  # what resets persisting L2 lines and shares the output sets
+        driver, runtime = timing.cuda_bindings()
+        watched += [(runtime, name) for name in ("cudaCtxResetPersistingL2Cache", "cudaError_t",
+                                                 "cudaIpcGetMemHandle", "cudaIpcMemHandle_t")]
+        watched += [(driver, "cuMemGetAddressRange")]
     watched += [(child, name) for name in ("_invoke", "_call", "_write_json", "run_candidate")]
     watched += [(entry, name) for name in ("empty_outputs", "as_outputs")]
     from services.evaluator import guards
@@ -88,10 +86,6 @@ def _watched() -> list[tuple[Any, str]]:
             if isinstance(value, type) and value.__module__ == module.__name__:
                 watched += [(value, name) for name in vars(value)]
     return watched
-
-
-def _same(now: list, before: list) -> bool:
-    return len(now) == len(before) and all(a is b for a, b in zip(now, before))
 
 
 def _harness_modules() -> list[ModuleType]:
@@ -124,12 +118,9 @@ class Guard:
         self._threads = set(threading.enumerate())
         self._thread_count = threading.active_count()
         self._processes = _child_processes()
-        from services.evaluator import gpu_handover
-
-        # The lists' contents (the guard watches their names only): what the timer resets L2 with,
-        # and what shares the output sets.
-        self._runtime = list(timing._CUDART)
-        self._handover = (gpu_handover._CUDA, list(gpu_handover._CUDA))
+        # The binding's list's contents (the guard watches its name only): what the timer resets L2
+        # with and the harness shares output sets with.
+        self._cuda = list(timing._CUDA)
 
     def check(self) -> str | None:
         """A message naming the first violation, or None."""
@@ -169,10 +160,9 @@ class Guard:
         return self._runtime_kept()
 
     def _runtime_kept(self) -> str | None:
-        if not _same(timing._CUDART, self._runtime):
-            return "the solution replaced the runtime the timer resets L2 with (the timer is off limits)"
-        if not _same(*self._handover):
-            return "the solution replaced the CUDA bindings its outputs are shared with (the harness is off limits)"
+        if len(timing._CUDA) != len(self._cuda) or any(a is not b for a, b in zip(timing._CUDA, self._cuda)):
+            return ("the solution replaced the CUDA bindings the timer resets L2 with and the harness shares "
+                    "outputs with (the timer and the harness are off limits)")
         return None
 
     @staticmethod

@@ -76,29 +76,37 @@ def sm_clock_mhz(device: torch.device) -> int | None:
 # harness writes before a run could find it in L2 when the run starts. So before every timed run's
 # flush every persisting line is made normal again (`cudaCtxResetPersistingL2Cache`), and the flush
 # evicts it. Marking lines persisting within a call stays allowed: it is a real optimisation, and
-# setting the limit once at start is its documented use. Needs cuda-python's runtime, bound once
-# per process (`bind_runtime`); without it the reset is skipped and the trace says so.
-_CUDART: list[Any] = []  # filled in place, never rebound: [the runtime module or None]
+# setting the limit once at start is its documented use. Needs cuda-python, bound once per process
+# (`bind_runtime`; `gpu_handover` shares output sets through the same binding); without it the
+# reset is skipped and the trace says so.
+_CUDA: list[Any] = []  # filled in place, never rebound: [(driver, runtime) of cuda-python, or None]
 
 
 def bind_runtime(device: torch.device) -> None:
-    """cuda-python's runtime on `device`, once per process (before a candidate's solution loads)."""
-    if _CUDART or device.type != "cuda":
+    """cuda-python's driver and runtime on `device`, once per process (before a candidate's solution loads)."""
+    if _CUDA or device.type != "cuda":
         return
     try:
-        from cuda.bindings import runtime
+        from cuda.bindings import driver, runtime
 
         runtime.cudaSetDevice(device.index or 0)
-    except Exception:  # no cuda-python here: persisting lines cannot be reset
-        runtime = None
-    _CUDART.append(runtime)
+    except Exception:  # no cuda-python here: persisting lines cannot be reset, output sets go through files
+        _CUDA.append(None)
+        return
+    _CUDA.append((driver, runtime))
+
+
+def cuda_bindings() -> tuple[Any, Any] | None:
+    """(driver, runtime) as bound by `bind_runtime`; None where unbound or missing."""
+    return _CUDA[0] if _CUDA else None
 
 
 def reset_persisting_l2() -> bool:
     """Every persisting L2 line of this process's context back to normal; False where not done."""
-    runtime = _CUDART[0] if _CUDART else None
-    if runtime is None:
+    bindings = cuda_bindings()
+    if bindings is None:
         return False
+    runtime = bindings[1]
     try:
         (error,) = runtime.cudaCtxResetPersistingL2Cache()
     except Exception:  # an API this cuda-python does not have

@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from services.evaluator import gpu_handover
+from services.evaluator import gpu_handover, timing
 from services.evaluator.correctness import Check
 from shared.schema import Status
 
 
 def test_without_cuda_python_a_set_goes_through_its_file(monkeypatch):
-    monkeypatch.setattr(gpu_handover, "_CUDA", [None])
+    monkeypatch.setattr(timing, "_CUDA", [None])
     assert gpu_handover.export_set({"y": torch.ones(2)}, torch.device("cpu")) is None
 
 
@@ -31,14 +31,14 @@ def _described(shape, dtype="float32", nbytes=None):
     (_described([4, 4], nbytes=8), Status.REWARD_HACK, "do not match"),
 ], ids=["shape", "dtype", "unknown_dtype", "bytes"])
 def test_the_checker_refuses_a_set_by_its_descriptor_first(monkeypatch, descriptor, status, words):
-    monkeypatch.setattr(gpu_handover, "_CUDA", [None])  # nothing may be opened or copied here
+    monkeypatch.setattr(timing, "_CUDA", [None])  # nothing may be opened or copied here
     importer = gpu_handover.Importer(torch.device("cpu"))
     got = importer.load(descriptor, {"y": torch.zeros(4, 4)})
     assert isinstance(got, Check) and got.status is status and words in got.message, got
 
 
 def test_empty_tensors_and_scalars_need_no_copy(monkeypatch):
-    monkeypatch.setattr(gpu_handover, "_CUDA", [None])
+    monkeypatch.setattr(timing, "_CUDA", [None])
     importer = gpu_handover.Importer(torch.device("cpu"))
     got = importer.load(_described([0, 4]), {"y": torch.zeros(0, 4)})
     assert got["n"] == 3 and got["y"].shape == (0, 4)

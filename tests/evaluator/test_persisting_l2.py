@@ -24,10 +24,13 @@ def fake_runtime(log: list[str], error: int = 0, missing: bool = False) -> Modul
     return runtime
 
 
+DRIVER = ModuleType("fake_cuda_driver")  # the binding's other half (the GPU hand-over's), unused here
+
+
 @pytest.fixture
 def bound(monkeypatch):
     def install(runtime):
-        monkeypatch.setattr(timing, "_CUDART", [runtime])
+        monkeypatch.setattr(timing, "_CUDA", [(DRIVER, runtime) if runtime is not None else None])
         return runtime
     return install
 
@@ -104,9 +107,9 @@ def test_a_run_without_the_reset_is_said_in_the_trace(bound, monkeypatch):
 
 
 def test_on_a_cpu_device_nothing_is_bound():
-    before = list(timing._CUDART)
+    before = list(timing._CUDA)
     timing.bind_runtime(torch.device("cpu"))
-    assert timing._CUDART == before
+    assert timing._CUDA == before
 
 
 def test_a_solution_that_swaps_the_runtime_is_caught(bound):
@@ -114,7 +117,7 @@ def test_a_solution_that_swaps_the_runtime_is_caught(bound):
     bound(fake_runtime(log))
     guard = Guard()
     assert guard.check_call() is None and guard.check() is None
-    timing._CUDART[0] = fake_runtime(log)  # in place: the name `_CUDART` still holds the same list
+    timing._CUDA[0] = (DRIVER, fake_runtime(log))  # in place: the name `_CUDA` still holds the same list
     for message in (guard.check_call(), guard.check()):
         assert "resets L2" in message
 
