@@ -90,8 +90,8 @@ def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild],
         hand_over_folders(home, Path(job["inputs_dir"]), Path(job["outputs_dir"]))
     child = start()
     clock = OuterClock(child.channel, [w["uuid"] for w in job["workloads"]], hand_over, seal, checker=checks) \
-        if config.uses_outer_clock or checks else None
-    job["clock_fd"] = child.channel_fd if config.uses_outer_clock else None
+        if config.outer_clock or checks else None
+    job["clock_fd"] = child.channel_fd if config.outer_clock else None
     job["checker_fd"] = child.channel_fd if checks else None
     job_path = home / "job.json"
     job_path.write_text(json.dumps(job))  # read by the child only once its stdin gives the path
@@ -122,7 +122,7 @@ def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild],
         log.info("child %s exited %s timed_out=%s stalled=%s", job["role"], run.exit_code, run.timed_out,
                  run.stalled)
     return ChildResults(workloads, run.timed_out, run.exit_code, run.log, stall_s if run.stalled else timeout_s,
-                         run.stalled, phases, clock if config.uses_outer_clock else None, checker)
+                         run.stalled, phases, clock if config.outer_clock else None, checker)
 
 
 def hand_over_folders(home: Path, inputs: Path, outputs: Path) -> None:

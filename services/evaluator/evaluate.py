@@ -87,10 +87,6 @@ class EvalConfig:
     def regenerates_inputs(self) -> bool:
         return self.regenerate_inputs if self.regenerate_inputs is not None else self.device.startswith("cuda")
 
-    @property
-    def uses_outer_clock(self) -> bool:
-        return self.outer_clock
-
     @classmethod
     def from_settings(cls, settings: Settings, device: str | None = None,
                       build_cache: BuildCache | None = None) -> EvalConfig:
@@ -214,7 +210,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     say(f"reference on {len(workloads)} workloads")
     # Spares wait until both have warmed up, so that neither's start overlaps the other's timing.
     children.wait_ready()
-    clock = config.uses_outer_clock
+    clock = config.outer_clock
     reference = run_child(dirs["ref"], config, lambda: children.started("reference"), dict(
         common, role="reference", seed=secrets.randbits(48), checker=True,
         timed_dir=str(dirs["timed"]) if clock else None,
@@ -255,7 +251,7 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
     """The candidate's child on the workloads the reference ran; each workload's outputs checked
     by `checker` at its `end` (outer clock on) or after the candidate (off)."""
     dirs = children.dirs
-    clock = config.uses_outer_clock
+    clock = config.outer_clock
     hardware = _hardware(config)
     # The candidate runs as the same user: the reference's job (with the attempt's secret) must be
     # gone from disk before it starts. The expected outputs never were on disk.
