@@ -1,7 +1,8 @@
 """Every seed solution of every shipped problem passes on the GPU, on every workload.
 
-Run on the GPU machine: `pytest -m gpu tests/gpu/test_library.py` (47 attempts, about 13 minutes on
-the H200 on 2026-12-03: longer than one `device` call allows, so run it in parts by node id).
+Run on the GPU machine: `pytest -m gpu tests/gpu/test_library.py` (47 attempts, about 8 minutes on
+the H200 on 2026-12-03 with the checker: longer than one `device` call allows, so run it in parts by
+node id).
 """
 
 from __future__ import annotations
