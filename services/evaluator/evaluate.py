@@ -33,7 +33,7 @@ from services.evaluator.inputs import NOT_REPRODUCED
 from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.outer_clock import timed_hand_over
 from services.evaluator.sandbox import StartedChild, memory_limit, start_child
-from services.evaluator.spares import HOMES, SPARE_READY_S, Spare, Spares, discard
+from services.evaluator.spares import HOMES, OUTPUTS, SPARE_READY_S, Spare, Spares, discard
 from services.evaluator.score import count_ahead, hardware_for, score_workload
 from services.evaluator.scratch import make_folder, sweep_folders
 from shared.hardware import HardwareSpec, cpu_name
@@ -160,7 +160,7 @@ class _Children:
             sweep_folders(scratch)
             root = make_folder("att", scratch)
         self.root = root
-        self.dirs = {n: root / n for n in ("ref", "inputs", "cand", "outputs", "solution")}
+        self.dirs = {n: root / n for n in ("ref", "inputs", "cand", OUTPUTS, "solution")}
         # The timed sets' files until the outer clock's `go`: the evaluator's only (0700), under a
         # name the candidate is not told (all it has where it runs as the evaluator's user).
         self.dirs["timed"] = root / f".t{secrets.token_hex(8)}"
@@ -176,7 +176,8 @@ class _Children:
             home = self.dirs["ref" if role == "reference" else "cand"]
             return start_child([*CHILD, "--wait", self.config.device], home, home / "child.log",
                                isolate=role == "candidate", fork_server=self.config.fork_server,
-                               memory_bytes=memory_limit(self.config.device))
+                               memory_bytes=memory_limit(self.config.device),
+                               own_folders=(home, self.dirs[OUTPUTS]) if role == "candidate" else ())
         return spare.child
 
     def wait_ready(self) -> None:

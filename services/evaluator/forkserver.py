@@ -80,7 +80,7 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 def serve(control_fd: int) -> None:
     from services.evaluator import child, reference_role  # noqa: F401  (imported once here, inherited by every fork)
-    from services.evaluator.sandbox import _confine
+    from services.evaluator.sandbox import _confine, encoded_view
 
     import torch
 
@@ -103,7 +103,7 @@ def serve(control_fd: int) -> None:
             if pid == 0:
                 _become_child(request, fds, lambda: _confine(
                     request["isolate"], tuple(request["ids"]) if request["ids"] else None, lib,
-                    tuple(p.encode() for p in request.get("shield", ())), request.get("memory")))
+                    encoded_view(request.get("view", ())), request.get("memory")))
             for fd in fds:
                 os.close(fd)
             live.add(pid)
@@ -228,14 +228,14 @@ class ForkServer:
             return server
 
     def start(self, argv: list[str], workdir: Path, log_path: Path, env: dict[str, str], isolate: bool,
-              ids: tuple[int, int] | None, channel: int, shield: tuple[str, ...] = (),
+              ids: tuple[int, int] | None, channel: int, view: tuple[tuple[str, bool], ...] = (),
               memory_bytes: int | None = None) -> ForkedProcess:
         """Fork a child; `channel` (a descriptor of this process) becomes its `CLOCK_FD`."""
         read_end, write_end = os.pipe()
         try:
             reply = self._call({"op": "start", "argv": argv, "workdir": str(workdir), "log_path": str(log_path),
                                 "env": env, "isolate": isolate, "ids": list(ids) if ids else None,
-                                "shield": list(shield), "memory": memory_bytes},
+                                "view": [list(v) for v in view], "memory": memory_bytes},
                                [read_end, channel])
         except BaseException:
             os.close(write_end)

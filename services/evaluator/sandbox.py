@@ -5,21 +5,20 @@ package, the GPU it may use); the parent kills the whole process group when time
 
 An untrusted child (`isolate=True`) is also confined, as far as the evaluator's privileges allow:
 limits on open files, file size, processes and core dumps always, on its address space on a CPU
-device (`memory_limit`), and it becomes the subreaper of
-its descendants (a double-forked daemon stays its child, where the guards see it); when the evaluator runs as root,
-a network namespace of its own (no interface but a downed loopback) and the identity of `nobody`,
-so that it can read neither the evaluator's environment (/proc/<pid>/environ) nor files it was not
-given. Where `nobody` cannot run the interpreter (Python under a root-only home), a root evaluator's
-candidate keeps uid 0 but gets a mount namespace in which the code it runs (this package, the
-standard library, the site-packages of torch) is mounted read-only, and then gives up every
-capability: as the owner it can still read root's files, but it can neither write the code that
-later children import nor read the memory or environment of a process that is not dumpable. Where
-the evaluator is not root, the candidate enters a user namespace of its own where the machine
-allows one (keeping its uid): a network namespace and the same read-only code in a mount namespace,
-then no capabilities; it can still write its user's other files. The
-processes that start children (the evaluator, the fork server) make themselves not dumpable
-(`protect_self`), so a candidate of the same user and without CAP_SYS_PTRACE cannot read their
-/proc/<pid>/mem or environ. `isolation()` says what is applied on this machine.
+device (`memory_limit`), and it becomes the subreaper of its descendants (a double-forked daemon
+stays its child, where the guards see it). When the evaluator runs as root: a network namespace of
+its own (no interface but a downed loopback), and a private view of the file systems
+(`candidate_view`, `_private_view`): every mount read-only but its own folders (its home and its
+output folder), its attempt's folder visible read-only, /tmp and /dev/shm empty ones of its own,
+so that it sees no other attempt's or spare's folder and can write no file outside its own; then
+the identity of `nobody`, so that it can read neither the evaluator's environment
+(/proc/<pid>/environ) nor files it was not given, or, where `nobody` cannot run the interpreter
+(Python under a root-only home), root's uid without any capability. Where the evaluator is not
+root, the candidate enters a user namespace of its own where the machine allows one (keeping its
+uid): a network namespace, the same private view, then no capabilities. The processes that start
+children (the evaluator, the fork server) make themselves not dumpable (`protect_self`), so a
+candidate of the same user and without CAP_SYS_PTRACE cannot read their /proc/<pid>/mem or
+environ. `isolation()` says what is applied on this machine.
 """
 
 from __future__ import annotations
@@ -53,7 +52,13 @@ LOG_TAIL_CHARS = 8000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000, 0x40000
+SCRATCH_MOUNTS = (b"/tmp", b"/dev/shm")  # shared scratch space: private and empty in a candidate's view
+MOUNT_SETATTR_SYSCALL = 442  # Linux 5.12 and later; the same number on x86_64 and aarch64
+AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
+# Folders (separated by ':') an isolated candidate may write besides its own: for tests that need a
+# way out of the attempt (the hack suite's drop folder), never set in a deployment.
+WRITABLE_ENV = "KERNELSWARM_SANDBOX_WRITABLE"
 # A bind mount's flags a read-only remount must keep (in a user namespace the kernel refuses to
 # clear them): statvfs's ST_* bit -> mount's MS_* bit.
 KEPT_MOUNT_FLAGS = {0x2: 0x2, 0x4: 0x4, 0x8: 0x8, 0x400: 0x400, 0x800: 0x800, 0x1000: 0x200000}
@@ -68,6 +73,11 @@ LIMITS = {
 }
 NPROC_LIMIT = 4096  # threads count too: torch starts many
 UNPRIVILEGED_USER = "nobody"
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
 
 
 @dataclass(frozen=True)
@@ -91,33 +101,32 @@ def scrubbed_env(home: Path) -> dict[str, str]:
 def isolation() -> dict[str, bool]:
     """What confinement an untrusted child gets here: rlimits always; a private network and the
     `nobody` identity when the evaluator runs as root (the latter also needs an interpreter and
-    libraries that `nobody` may read); as root without `nobody`, read-only code and no
-    capabilities (`shielded_paths`); not as root, a user namespace of its own where the machine
-    allows one, which gives it a private network, read-only code and no capabilities."""
+    libraries that `nobody` may read); as root, a view of every file system read-only but for its
+    own folders (`read_only_root`), and, where it keeps root's uid, no capabilities; not as root, a
+    user namespace of its own where the machine allows one, which gives it a private network, the
+    same read-only view and no capabilities."""
     root = os.geteuid() == 0
     nobody = unprivileged_ids() is not None
     keeps_root = root and not nobody
     user_namespace = not root and _can_shield("user_namespace")
     return {"limits": True, "network_namespace": (root and _can_unshare_net()) or user_namespace,
             "unprivileged_user": nobody, "user_namespace": user_namespace,
-            "read_only_code": (keeps_root and _can_shield("mount")) or user_namespace,
+            "read_only_root": (root and _can_shield("mount")) or user_namespace,
             "no_capabilities": (keeps_root and _can_shield("capabilities")) or user_namespace}
 
 
-@functools.cache
-def shielded_paths(ids: tuple[int, int] | None) -> tuple[str, ...]:
-    """The folders a candidate that keeps root's uid (`ids` None, the evaluator root) sees
-    read-only: this package, the standard library, the site-packages holding torch (and the
-    virtual environment's, where it lies elsewhere); or, where the evaluator is not root, that its
-    candidate (of the same user) sees read-only, inside a user namespace of its own where this
-    machine allows one (`_confine`). Empty where the candidate runs as `nobody` (it cannot write
-    them anyway), or where neither applies."""
-    if ids is not None or (os.geteuid() != 0 and not _can_shield("user_namespace")):
+def candidate_view(own: tuple[Path, ...]) -> tuple[tuple[str, bool], ...]:
+    """What an isolated child sees of the scratch folders, as (folder, writable) pairs
+    (`_private_view`): the folder holding its `own` (its attempt's: inputs, solution) read-only,
+    its own (its home, its output folder) and those of `WRITABLE_ENV` writable; all else
+    read-only, and /tmp and /dev/shm empty folders of its own. Empty where this evaluator cannot
+    confine its children's writes (neither root nor allowed a user namespace)."""
+    if os.geteuid() != 0 and not _can_shield("user_namespace"):
         return ()
-    import torch
-
-    found = {str(PACKAGE_ROOT), os.path.dirname(os.__file__), os.path.dirname(os.path.dirname(torch.__file__))}
-    return tuple(sorted(p for p in found if os.path.isdir(p)))
+    own_paths = [os.path.realpath(p) for p in own]
+    extra = [os.path.realpath(p) for p in os.environ.get(WRITABLE_ENV, "").split(":") if p]
+    parents = sorted({os.path.dirname(p) for p in own_paths} - set(own_paths))
+    return (*((p, False) for p in parents), *((p, True) for p in (*own_paths, *extra)))
 
 
 @functools.cache
@@ -193,7 +202,8 @@ def memory_limit(device: str) -> int | None:
 
 
 def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = False,
-                fork_server: bool = True, memory_bytes: int | None = None) -> StartedChild:
+                fork_server: bool = True, memory_bytes: int | None = None,
+                own_folders: tuple[Path, ...] = ()) -> StartedChild:
     """`python -m <args>` in `workdir`, stdout and stderr to `log_path`, stdin a pipe for its job.
     With `isolate`, the child is confined (see the module docstring); the folders it must write
     are the caller's to hand over (`unprivileged_ids`). The evaluator's own child
@@ -201,11 +211,12 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
     imported (unless `fork_server` is False: KERNELSWARM_FORK_SERVER); where that server cannot run,
     and for anything else, the child is a new interpreter. Either way it inherits one end of a
     private socket pair (`StartedChild.channel`). `memory_bytes`: the isolated child's address space
-    (`memory_limit`)."""
+    (`memory_limit`). `own_folders`: the only folders the isolated child may write (default: its
+    `workdir`), all else read-only to it where this machine allows (`candidate_view`)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         process, channel_fd = _start(args, workdir, log_path, isolate, fork_server, theirs.fileno(),
-                                     memory_bytes if isolate else None)
+                                     memory_bytes if isolate else None, own_folders)
         return StartedChild(process, workdir, log_path, ours, channel_fd)
     except BaseException:
         ours.close()
@@ -215,22 +226,23 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
 
 
 def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_server: bool,
-           channel: int, memory_bytes: int | None = None) -> tuple[subprocess.Popen, int]:
+           channel: int, memory_bytes: int | None = None,
+           own_folders: tuple[Path, ...] = ()) -> tuple[subprocess.Popen, int]:
     """The child's process and the number of its channel's descriptor."""
     protect_self()
     ids = unprivileged_ids() if isolate else None
-    shield = shielded_paths(ids) if isolate else ()
+    view = candidate_view(own_folders or (workdir,)) if isolate else ()
     if fork_server and args[:2] == ["-m", CHILD_MODULE]:
         try:
             server = ForkServer.get(scrubbed_env(Path(tempfile.gettempdir())), _start_server)
-            forked = server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids, channel, shield,
+            forked = server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids, channel, view,
                                   memory_bytes)
             return forked, CLOCK_FD
         except ServerGone:
             log.exception("no fork server: starting the child as a new interpreter")
     # Decided before the fork, per call (attempts may start children from several threads at once):
     # between fork and exec the hook only calls what was resolved here.
-    confine = functools.partial(_confine, isolate, ids, libc(), tuple(p.encode() for p in shield), memory_bytes)
+    confine = functools.partial(_confine, isolate, ids, libc(), encoded_view(view), memory_bytes)
 
     def spawn() -> subprocess.Popen:
         with open(log_path, "wb") as log_file:
@@ -327,53 +339,123 @@ def _tail(path: Path) -> str:
     return data.decode(errors="replace")
 
 
-def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, shield: tuple[bytes, ...] = (),
+def encoded_view(view) -> tuple[tuple[bytes, bool], ...]:
+    """`candidate_view`'s pairs with their paths as bytes, as `_confine` takes them."""
+    return tuple((os.fsencode(path), bool(writable)) for path, writable in view)
+
+
+def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: tuple[tuple[bytes, bool], ...] = (),
              memory_bytes: int | None = None) -> None:
     """Runs in the child between fork and exec. Every child dies with the evaluator (a SIGKILLed
     evaluator leaves no candidate spinning on its GPU). An isolated one then gets limits, network,
-    read-only code (`shield`, where it keeps root's uid), identity or no capabilities, in that
-    order (the last gives up the privileges the others need). The evaluator has other threads, so
-    nothing here may take a lock one of them could have held at the fork: no dlopen (`lib` was
-    loaded before), no imports."""
+    a private view of the file systems (`view`, `_private_view`; empty: none), identity or no
+    capabilities, in that order (the last gives up the privileges the others need). The
+    evaluator has other threads, so nothing here may take a lock one of them could have held at
+    the fork: no dlopen (`lib` was loaded before), no imports."""
     if isolate:
         for limit, value in LIMITS.items():
             resource.setrlimit(limit, (value, value))
         if memory_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
         lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
-        if os.geteuid() != 0 and shield:  # a user namespace of its own: network, mounts, then no capabilities
-            if not (_enter_user_namespace(lib) and _mount_read_only(shield, lib)):
-                os.write(2, b"kernelswarm sandbox: no user namespace here; the code stays writable\n")
+        if os.geteuid() != 0 and view:  # a user namespace of its own: network, mounts, then no capabilities
+            if not (_enter_user_namespace(lib) and _private_view(view, lib)):
+                os.write(2, b"kernelswarm sandbox: no user namespace here; files outside its folders stay writable\n")
             elif not _drop_capabilities(lib):
                 os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
         if os.geteuid() == 0:
             if lib.unshare(CLONE_NEWNET) != 0:
                 os.write(2, b"kernelswarm sandbox: no network namespace here; network stays reachable\n")
+            if view and not _private_view(view, lib):
+                os.write(2, b"kernelswarm sandbox: no private view here; files outside its folders stay writable\n")
             if ids is not None:
                 resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
                 uid, gid = ids
                 os.setgroups([])
                 os.setgid(gid)
                 os.setuid(uid)
-            elif shield:
-                if not _mount_read_only(shield, lib):
-                    os.write(2, b"kernelswarm sandbox: no mount namespace here; the code stays writable\n")
-                if not _drop_capabilities(lib):
-                    os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
+            elif view and not _drop_capabilities(lib):
+                os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
     set_parent_death_signal(signal.SIGKILL, lib)  # the forking thread is `_spawner`'s
 
 
-def _mount_read_only(paths: tuple[bytes, ...], lib: ctypes.CDLL) -> bool:
-    """In a mount namespace of its own (changes stay in it): each path bound onto itself read-only."""
+def _private_view(view: tuple[tuple[bytes, bool], ...], lib: ctypes.CDLL) -> bool:
+    """In a mount namespace of its own (changes stay in it): /tmp and /dev/shm empty tmpfs of its
+    own (where the scratch folders of every attempt and spare live), with `view`'s folders bound
+    back in at their paths; then every mount read-only, recursively (`mount_setattr`), but the
+    private /tmp and /dev/shm themselves and the folders of `view` marked writable. So it can write
+    neither the code it runs, nor the evaluator's files, nor another attempt's folder (which it
+    does not even see); device nodes it still can (a read-only mount does not stop writes to
+    them: the GPU works)."""
     if lib.unshare(CLONE_NEWNS) != 0 or lib.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return False
-    for path in paths:
-        kept = _kept_flags(path)
-        if lib.mount(path, path, None, MS_BIND | MS_REC, None) != 0:
+    try:  # held before anything covers them
+        kept = [(path, writable, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path, writable in view]
+    except OSError:
+        return False
+    scratch = [p for p in SCRATCH_MOUNTS if os.path.isdir(p)]
+    for path in scratch:
+        if lib.mount(b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777") != 0:
             return False
-        if lib.mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | kept, None) != 0:
+    for path, _writable, fd in kept:
+        os.makedirs(path, exist_ok=True)  # inside a private tmpfs; elsewhere it is there already
+        bound = lib.mount(b"/proc/self/fd/%d" % fd, path, None, MS_BIND | MS_REC, None)
+        os.close(fd)
+        if bound != 0:
             return False
+    if not (_set_read_only(b"/", True, lib) and all(_set_read_only(p, False, lib, recursive=False) for p in scratch)
+            and all(_set_read_only(p, False, lib) for p, writable in view if writable)):
+        return False
+    # Its working directory (entered before this, by Popen or the fork server) is still the folder
+    # under the bind: entered again by name, it is the one bound on top.
+    os.chdir(os.getcwd())
     return True
+
+
+def _set_read_only(path: bytes, read_only: bool, lib: ctypes.CDLL, recursive: bool = True) -> bool:
+    """`path`'s mount (and every mount below it, `recursive`) made read-only, or writable again: in
+    one call (`mount_setattr`, Linux 5.12), else (an older kernel, or a seccomp filter that does
+    not know the call) one remount per mount."""
+    attr = _MountAttr(MOUNT_ATTR_RDONLY if read_only else 0, 0 if read_only else MOUNT_ATTR_RDONLY, 0, 0)
+    flags = AT_RECURSIVE if recursive else 0
+    if lib.syscall(ctypes.c_long(MOUNT_SETATTR_SYSCALL), ctypes.c_int(AT_FDCWD), path, ctypes.c_uint(flags),
+                   ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) == 0:
+        return True
+    below = path.rstrip(b"/") + b"/"
+    mounts = [m for m in _mount_points() if m == path or (recursive and m.startswith(below))]
+    change = MS_BIND | MS_REMOUNT | (MS_RDONLY if read_only else 0)
+    return bool(mounts) and all(lib.mount(None, m, None, change | _kept_flags(m), None) == 0 for m in mounts)
+
+
+def _mount_points() -> list[bytes]:
+    """This mount namespace's mount points, from /proc/self/mountinfo (read without imports: it
+    runs between fork and exec)."""
+    fd = os.open(b"/proc/self/mountinfo", os.O_RDONLY)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    points = []
+    for line in b"".join(chunks).split(b"\n"):
+        fields = line.split(b" ")
+        if len(fields) > 4:
+            points.append(_unescaped(fields[4]))
+    return points
+
+
+def _unescaped(field: bytes) -> bytes:
+    """A mountinfo path with its octal escapes (\\040 for a space, ...) turned back into bytes."""
+    out, k = bytearray(), 0
+    while k < len(field):
+        if field[k] == 0x5C and k + 3 < len(field) and field[k + 1:k + 4].isdigit():
+            out.append(int(field[k + 1:k + 4], 8))
+            k += 4
+        else:
+            out.append(field[k])
+            k += 1
+    return bytes(out)
 
 
 def _kept_flags(path: bytes) -> int:
@@ -389,7 +471,7 @@ def _enter_user_namespace(lib: ctypes.CDLL) -> bool:
     """A user namespace of its own in which this process keeps its uid and gid (each mapped to
     itself) and, until it execs or drops them, every capability over its own new namespaces: a
     network namespace (no interface but a downed loopback) made with it, and the mount namespace
-    `_mount_read_only` makes next. What an evaluator that is not root can give its candidate."""
+    `_private_view` makes next. What an evaluator that is not root can give its candidate."""
     uid, gid = os.getuid(), os.getgid()
     # Inherited from the evaluator (`protect_self`), not dumpable would leave /proc/self/uid_map
     # to root: this process could not write its own map. Its own memory is the candidate's.
@@ -429,11 +511,16 @@ def _can_shield(part: str) -> bool:
     being root, do both inside a user namespace of its own ("user_namespace": kernels or security
     modules may forbid those to unprivileged users): tried in a child, on a folder of its own."""
     with tempfile.TemporaryDirectory() as folder:
-        read_only = f"_mount_read_only(({folder.encode()!r},), lib) and not os.access({folder!r}, os.W_OK)"
+        own, other = os.path.join(folder, "own"), os.path.join(folder, "other")
+        os.mkdir(own)
+        os.mkdir(other)
+        view = ((folder.encode(), False), (own.encode(), True))
+        read_only = (f"_private_view({view!r}, lib) and os.access({own!r}, os.W_OK) "
+                     f"and not os.access({other!r}, os.W_OK)")
         test = {"mount": read_only, "capabilities": "_drop_capabilities(lib)",
                 "user_namespace": f"_enter_user_namespace(lib) and {read_only} and _drop_capabilities(lib)"}[part]
         code = (f"import ctypes, os, sys; sys.path.insert(0, {str(PACKAGE_ROOT)!r}); "
-                "from services.evaluator.sandbox import _mount_read_only, _drop_capabilities, _enter_user_namespace; "
+                "from services.evaluator.sandbox import _private_view, _drop_capabilities, _enter_user_namespace; "
                 f"lib = ctypes.CDLL(None, use_errno=True); sys.exit(0 if {test} else 1)")
         try:
             return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

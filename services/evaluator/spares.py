@@ -21,6 +21,7 @@ from services.evaluator.scratch import make_folder, sweep_folders
 from services.evaluator.sandbox import StartedChild, memory_limit, start_child, unprivileged_ids
 
 HOMES = {"reference": "ref", "candidate": "cand"}  # role -> the child's home inside its folder
+OUTPUTS = "outputs"  # the candidate's output folder inside its folder (the attempt's, once taken)
 SPARE_READY_S = 120.0
 READY_FILE = ".ready"  # written by the child in its home once warm (child.py)
 
@@ -78,13 +79,18 @@ class Spares:
     def _start(self, role: str, home: str) -> Spare:
         root = make_folder(role[:3], self.scratch)
         (root / home).mkdir(mode=0o700)
+        # A candidate writes its home and its outputs (the attempt's `outputs` folder, made now:
+        # what it may write is fixed when it starts), nothing else (`sandbox.writable_folders`).
+        own = (root / home, root / OUTPUTS) if role == "candidate" else ()
+        for folder in own[1:]:
+            folder.mkdir(mode=0o700)
         ids = unprivileged_ids() if role == "candidate" else None
         if ids is not None:  # it starts as `nobody` in a home of its own (see children.hand_over_folders)
             root.chmod(0o711)
             os.chown(root / home, *ids)
         child = start_child(["-m", "services.evaluator.child", "--wait", self.device], root / home,
                             root / home / "child.log", isolate=role == "candidate", fork_server=self.fork_server,
-                            memory_bytes=memory_limit(self.device))
+                            memory_bytes=memory_limit(self.device), own_folders=own)
         return Spare(child, root)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from evalkit import affine_definition, affine_workloads, make_problem
+from services.evaluator.sandbox import WRITABLE_ENV
 from shared.runtime import Runtime
 from shared.schema import Problem
 from shared.settings import Settings
@@ -19,6 +20,17 @@ PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
 def affine(tmp_path: Path) -> Problem:
     """The float32 affine problem with two workloads (n = 3 and n = 7)."""
     return make_problem(tmp_path, affine_definition("float32"), affine_workloads("float32"))
+
+
+@pytest.fixture
+def drop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder a candidate writes what a test reads after the attempt: writable whoever it runs as,
+    and left writable in its otherwise read-only view (`sandbox.WRITABLE_ENV`)."""
+    folder = tmp_path / "drop"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)
+    monkeypatch.setenv(WRITABLE_ENV, str(folder))
+    return folder
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from evalkit import (
     FAST, PROBLEMS_DIR, TOLERANCE, affine_definition, affine_workloads, make_problem, make_solution,
 )
 from services.evaluator.evaluate import AttemptResult, evaluate
-from services.evaluator.sandbox import isolation
+from services.evaluator.sandbox import WRITABLE_ENV, isolation
 from shared.schema import Problem, Status, Trace, load_problem
 
 WORKERS = 2
@@ -303,11 +303,8 @@ class Ran:
 class Attempts:
     """The selected cases, evaluated `WORKERS` at a time in the background."""
 
-    def __init__(self, problems: dict[str, Problem], tmp: Path, port: int, selected: list[Case]) -> None:
-        self.problems, self.tmp, self.port = problems, tmp, port
-        # A drop box the candidate can write whoever it runs as (the sandbox may make it `nobody`).
-        self.drop = Path(tempfile.mkdtemp(prefix="ks-probe-", dir="/tmp"))
-        self.drop.chmod(0o777)
+    def __init__(self, problems: dict[str, Problem], tmp: Path, port: int, selected: list[Case], drop: Path) -> None:
+        self.problems, self.tmp, self.port, self.drop = problems, tmp, port, drop
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="attempt")
         self._futures: dict[str, Future[Ran]] = {c.id: self._pool.submit(self._run, c) for c in selected}
 
@@ -388,8 +385,13 @@ def attempts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     with pytest.MonkeyPatch.context() as env, socket.create_server(("127.0.0.1", 0)) as listener:
         env.setenv(PARENT_SECRET, "the parent's secret")
         env.setenv("OMP_NUM_THREADS", "1")  # two children at a time on a small machine
+        # A drop box the candidate can write whoever it runs as (the sandbox may make it `nobody`),
+        # left writable in its otherwise read-only view.
+        drop = Path(tempfile.mkdtemp(prefix="ks-probe-", dir="/tmp"))
+        drop.chmod(0o777)
+        env.setenv(WRITABLE_ENV, str(drop))
         runner = Attempts(_problems(tmp / "problems"), tmp, listener.getsockname()[1],
-                          [c for c in CASES if c.id in selected])
+                          [c for c in CASES if c.id in selected], drop)
         try:
             yield runner
         finally:

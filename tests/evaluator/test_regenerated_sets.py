@@ -118,12 +118,10 @@ def test_the_digest_tells_sets_apart_by_any_bit_and_place() -> None:
     assert digest({"m": odd}) == digest({"m": odd.clone()}) != digest({"m": ~odd})
 
 
-def test_random_sets_are_made_again_not_written(affine: Problem, tmp_path: Path,
+def test_random_sets_are_made_again_not_written(affine: Problem, drop: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     seen = _watch(monkeypatch)
-    log = tmp_path / "drop" / "calls.json"
-    log.parent.mkdir(mode=0o777)
-    log.parent.chmod(0o777)  # the candidate may run as `nobody`
+    log = drop / "calls.json"
     result = evaluation.evaluate(affine, make_solution(LOGS_INPUTS.replace("@LOG@", str(log))), FAST)
     assert result.status is Status.PASSED, result.message
     assert seen.input_files == {"reference": [], "candidate": []}  # no input set went through a file

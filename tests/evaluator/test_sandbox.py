@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -135,7 +137,14 @@ PROBE = textwrap.dedent("""
         allocated = True
     except OSError:
         allocated = False
+    def writable(folder):
+        try:
+            (Path(folder) / "planted").write_text("x")
+            return True
+        except OSError:
+            return False
     Path("probe.json").write_text(json.dumps({
+        "elsewhere_writable": writable(sys.argv[3]), "own_writable": writable(os.getcwd()),
         "address_space": resource.getrlimit(resource.RLIMIT_AS)[0], "allocated_beyond": allocated,
         "uid": os.getuid(), "capabilities": int(status["CapEff"], 16) | int(status["CapPrm"], 16),
         "bounding": int(status["CapBnd"], 16), "code_writable": os.access(sys.argv[1], os.W_OK),
@@ -147,17 +156,21 @@ PROBE = textwrap.dedent("""
                                                "with limits only (docs/deploy.md)")
 def test_an_isolated_child_has_no_capabilities_no_writable_code_and_no_view_of_its_parent(tmp_path):
     """A bounded address space (on a CPU device: an allocation beyond it fails, not the machine).
-    As `nobody` or, where `nobody` cannot run the interpreter, as root without capabilities in
-    a mount namespace where the code is read-only; either way its parent (here: this process,
-    which made itself not dumpable when it started the child) is closed to it."""
+    As `nobody` or, where `nobody` cannot run the interpreter, as root without capabilities; either
+    way in a mount namespace where all but its own folders is read-only (a folder beside its home
+    that anyone may write included), and its parent (here: this process, which made itself not
+    dumpable when it started the child) is closed to it."""
     from services.evaluator.sandbox import (
         PACKAGE_ROOT, finish_child, isolation, memory_limit, start_child, unprivileged_ids,
     )
 
     tmp_path.chmod(0o777)  # where it runs as `nobody`, its home must be writable by it
     limit = memory_limit("cpu")
-    child = start_child(["-c", PROBE, str(PACKAGE_ROOT / "services" / "evaluator"), str(limit)], tmp_path,
-                        tmp_path / "c.log", isolate=True, fork_server=False, memory_bytes=limit)
+    elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"  # beside its home: the next attempt's, say
+    elsewhere.mkdir(mode=0o777)
+    elsewhere.chmod(0o777)  # writable by `nobody` too: only the read-only view can stop it
+    child = start_child(["-c", PROBE, str(PACKAGE_ROOT / "services" / "evaluator"), str(limit), str(elsewhere)],
+                        tmp_path, tmp_path / "c.log", isolate=True, fork_server=False, memory_bytes=limit)
     run = finish_child(child, "", 60)
     child.channel.close()
     assert run.exit_code == 0, run.log
@@ -167,31 +180,33 @@ def test_an_isolated_child_has_no_capabilities_no_writable_code_and_no_view_of_i
     if not keeps_root or isolation()["no_capabilities"]:
         assert probe["capabilities"] == 0 and (probe["bounding"] == 0 or not keeps_root)
         assert not probe["parent_environ"]
-    if not keeps_root or isolation()["read_only_code"]:
+    if not keeps_root or isolation()["read_only_root"]:
         assert not probe["code_writable"]
+    if isolation()["read_only_root"]:  # nothing but its own folders, whoever it runs as
+        assert probe["own_writable"] and not probe["elsewhere_writable"]
+        assert not (elsewhere / "planted").exists()
     assert probe["address_space"] == limit and not probe["allocated_beyond"]  # a CPU device's bound
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="becomes `nobody` to play an evaluator that is not root")
-def test_a_candidate_of_an_evaluator_that_is_not_root_gets_read_only_code_and_no_network():
+def test_a_candidate_of_an_evaluator_that_is_not_root_writes_only_its_folders_and_has_no_network():
     """An evaluator that is not root cannot mount or make namespaces itself; its candidate gets a
-    user namespace of its own (where the machine allows one): its network is private, the code it
-    is shielded from is read-only, and it cannot remount it writable. Played here by a forked
-    process that becomes `nobody`, checks that it can write the folder, then confines itself as the
-    candidate's child would."""
+    user namespace of its own (where the machine allows one): its network is private, everything
+    but its own folder is read-only (the code, and a folder anyone may write), and it cannot make
+    it writable again. Played here by a forked process that becomes `nobody`, checks that it can
+    write both folders, then confines itself as the candidate's child would."""
     import errno
-    import shutil
     import socket
-    import tempfile
 
     from services.evaluator import sandbox
     from shared.process import libc
 
     outer = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
     outer.chmod(0o755)  # under a folder `nobody` may enter (pytest's own is root's, 0700)
-    code = outer / "code"
-    code.mkdir()
-    code.chmod(0o777)  # writable by `nobody` before: only the confinement can stop it
+    code, home = outer / "code", outer / "home"
+    for folder in (code, home):
+        folder.mkdir()
+        folder.chmod(0o777)  # writable by `nobody` before: only the confinement can stop it
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
@@ -210,7 +225,8 @@ def test_a_candidate_of_an_evaluator_that_is_not_root_gets_read_only_code_and_no
             if os.waitstatus_to_exitcode(os.waitpid(probe, 0)[1]) != 0:
                 os._exit(77)
             (code / "before.py").write_text("x = 0\n")  # it can, before
-            sandbox._confine(True, None, lib, (str(code).encode(),))
+            sandbox._confine(True, None, lib, ((str(outer).encode(), False), (str(home).encode(), True)))
+            (home / "mine.py").write_text("x = 2\n")  # its own folder stays writable (else: 99)
             try:
                 (code / "planted.py").write_text("x = 1\n")
                 failed |= 1
@@ -225,9 +241,9 @@ def test_a_candidate_of_an_evaluator_that_is_not_root_gets_read_only_code_and_no
                 pass
             finally:
                 connection.close()
-            flags = sandbox.MS_BIND | sandbox.MS_REMOUNT | sandbox._kept_flags(str(code).encode())
-            if lib.mount(None, str(code).encode(), None, flags, None) == 0:  # the bind made writable again
-                failed |= 4
+            flags = sandbox.MS_BIND | sandbox.MS_REMOUNT | sandbox._kept_flags(b"/")
+            if lib.mount(None, b"/", None, flags, None) == 0 or sandbox._set_read_only(b"/", False, lib):
+                failed |= 4  # made writable again
         except BaseException:  # noqa: BLE001 - anything else is a failure of the test's own
             import traceback
 
@@ -244,3 +260,71 @@ def test_a_candidate_of_an_evaluator_that_is_not_root_gets_read_only_code_and_no
     assert outcome == 0, {1: "code writable", 2: "network reachable", 4: "could remount it writable",
                           8: "not refused as a read-only file system"}.get(outcome, outcome)
     assert not planted
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes a mount namespace, as a root evaluator's candidate does")
+@pytest.mark.parametrize("mount_setattr", [True, False], ids=["mount_setattr", "one_remount_per_mount"])
+def test_the_private_view_leaves_only_its_own_folders_writable(tmp_path: Path, mount_setattr: bool) -> None:
+    """`_private_view` in a forked process: its own folder writable, its attempt's folder visible
+    and read-only, another attempt's folder beside it gone from view, /tmp and /dev/shm empty and
+    its own, and the code read-only; with `mount_setattr` and, where a kernel or a seccomp filter
+    refuses that call, with one remount per mount (the call's number made unknown here)."""
+    from services.evaluator import sandbox
+    from shared.process import libc
+
+    if not sandbox.isolation()["read_only_root"]:
+        pytest.skip("no mount namespace here")
+    scratch = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    attempt, other = scratch / "ks-att-mine", scratch / "ks-att-other"
+    own = attempt / "cand"
+    for folder in (own, other):
+        folder.mkdir(parents=True)
+    (attempt / "inputs").mkdir()
+    (other / "secret").write_text("x")
+    (tmp_path / "shared").write_text("x")
+    lib = libc()
+    pid = os.fork()
+    if pid == 0:
+        failed = 0
+        try:
+            if not mount_setattr:
+                sandbox.MOUNT_SETATTR_SYSCALL = 1 << 20  # ENOSYS: the fallback
+            os.chdir(own)
+            if not sandbox._private_view(((str(attempt).encode(), False), (str(own).encode(), True)), lib):
+                os._exit(90)
+            Path("mine").write_text("x")  # its own folder, by a relative path (its working directory)
+
+            def refused(path: Path) -> bool:
+                try:
+                    path.write_text("x")
+                    return False
+                except OSError:
+                    return True
+
+            failed |= 0 if refused(attempt / "inputs" / "planted") else 1
+            failed |= 0 if refused(sandbox.PACKAGE_ROOT / "planted.py") else 2
+            failed |= 0 if not other.exists() and not (tmp_path / "shared").exists() else 4
+            Path("/tmp/private").write_text("x")  # its own /tmp and /dev/shm, empty
+            if os.path.isdir("/dev/shm"):
+                Path("/dev/shm/private").write_text("x")
+        except BaseException:  # noqa: BLE001 - anything else is a failure of the test's own
+            import traceback
+
+            traceback.print_exc()
+            failed = 99
+        os._exit(failed)
+    _, status = os.waitpid(pid, 0)
+    outcome = os.waitstatus_to_exitcode(status)
+    mine = (own / "mine").exists()
+    leaked = [p for p in (Path("/tmp/private"), Path("/dev/shm/private"), attempt / "inputs" / "planted") if p.exists()]
+    shutil.rmtree(scratch)
+    assert outcome == 0, {1: "its attempt's folder writable", 2: "the code writable", 4: "other folders in view",
+                          90: "no private view"}.get(outcome, outcome)
+    assert mine and not leaked
+
+
+def test_mountinfo_paths_are_unescaped() -> None:
+    from services.evaluator.sandbox import _unescaped
+
+    assert _unescaped(b"/mnt/a\\040b\\011c") == b"/mnt/a b\tc"
+    assert _unescaped(b"/plain\\") == b"/plain\\"

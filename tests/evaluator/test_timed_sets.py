@@ -27,18 +27,16 @@ def run(x, w, b, y):
 """
 
 
-def _logged_calls(affine: Problem, tmp_path: Path, **config) -> tuple[list, dict[str, list[str]]]:
-    log = tmp_path / "drop" / "calls.json"
-    log.parent.mkdir(mode=0o777)
-    log.parent.chmod(0o777)  # the candidate may run as `nobody`
+def _logged_calls(affine: Problem, drop: Path, **config) -> tuple[list, dict[str, list[str]]]:
+    log = drop / "calls.json"
     result = evaluate(affine, make_solution(LOGS_INPUTS.replace("@LOG@", str(log))),
                       dataclasses.replace(FAST, **config))
     assert result.status is Status.PASSED, result.message
     return result.traces, json.loads(log.read_text())
 
 
-def test_no_timed_run_sees_values_an_earlier_call_saw(affine: Problem, tmp_path: Path) -> None:
-    traces, calls = _logged_calls(affine, tmp_path, timing_runs=6, timing_budget_s=30.0)
+def test_no_timed_run_sees_values_an_earlier_call_saw(affine: Problem, drop: Path) -> None:
+    traces, calls = _logged_calls(affine, drop, timing_runs=6, timing_budget_s=30.0)
     untimed = FAST.correctness_rounds + FAST.warmup_runs
     for trace, keys in zip(traces, calls.values()):
         assert trace.evaluation.timing.runs == 6
@@ -47,8 +45,8 @@ def test_no_timed_run_sees_values_an_earlier_call_saw(affine: Problem, tmp_path:
         assert len(set(timed)) == len(timed) and not set(timed) & set(keys[:untimed])
 
 
-def test_the_memory_cap_leaves_timing_sets_runs(affine: Problem, tmp_path: Path) -> None:
-    traces, calls = _logged_calls(affine, tmp_path, timing_runs=6, timing_sets=2, timed_bytes=1,
+def test_the_memory_cap_leaves_timing_sets_runs(affine: Problem, drop: Path) -> None:
+    traces, calls = _logged_calls(affine, drop, timing_runs=6, timing_sets=2, timed_bytes=1,
                                   timing_budget_s=30.0)
     assert [t.evaluation.timing.runs for t in traces] == [2, 2]
     assert all(len(set(keys[-2:])) == 2 for keys in calls.values())

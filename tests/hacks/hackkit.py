@@ -7,7 +7,9 @@ cases are started together when its first test asks for one and run two at a tim
 checks its own attempt.
 
 Placeholders in a case's code: `@DROP@` is a folder of its own outside the attempt folder that the
-candidate may write whoever it runs as (a stand-in for "somewhere that outlives the attempt"),
+candidate may write whoever it runs as (a stand-in for "somewhere that outlives the attempt"; the
+sandbox leaves it writable through `KERNELSWARM_SANDBOX_WRITABLE`, all else outside the candidate's
+own folders being read-only where the machine allows),
 `@PORT@` a loopback port where the test session listens.
 """
 
@@ -28,6 +30,7 @@ import torch
 from safetensors.torch import save_file
 
 from services.evaluator.evaluate import AttemptResult, evaluate
+from services.evaluator.sandbox import WRITABLE_ENV
 from shared.schema import Problem, Status, load_problem
 from tests.evaluator.evalkit import (
     FAST, affine_definition, affine_workloads, make_problem, make_solution, write_problem,
@@ -62,10 +65,8 @@ class Ran:
 class Attempts:
     """The selected cases, evaluated `WORKERS` at a time in the background."""
 
-    def __init__(self, problems: dict[str, Problem], port: int, selected: list[Case]) -> None:
-        self.problems, self.port = problems, port
-        self.drop = Path(tempfile.mkdtemp(prefix="ks-hacks-", dir="/tmp"))
-        self.drop.chmod(0o777)  # the candidate may run as `nobody`
+    def __init__(self, problems: dict[str, Problem], port: int, selected: list[Case], drop: Path) -> None:
+        self.problems, self.port, self.drop = problems, port, drop
         self._pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="attempt")
         self._futures: dict[str, Future[Ran]] = {c.id: self._pool.submit(self._run, c) for c in selected}
 
@@ -111,7 +112,10 @@ def start_attempts(request: pytest.FixtureRequest, tmp: Path, cases: list[Case])
         for name, value in SECRETS.items():
             env.setenv(name, value)  # the evaluator's own secrets: the candidate must not see them
         env.setenv("OMP_NUM_THREADS", "1")  # two children at a time on a small machine
-        runner = Attempts(problems(tmp), listener.getsockname()[1], [c for c in cases if c.id in selected])
+        drop = Path(tempfile.mkdtemp(prefix="ks-hacks-", dir="/tmp"))
+        drop.chmod(0o777)  # the candidate may run as `nobody`
+        env.setenv(WRITABLE_ENV, str(drop))  # and writes nothing else (sandbox.writable_folders)
+        runner = Attempts(problems(tmp), listener.getsockname()[1], [c for c in cases if c.id in selected], drop)
         try:
             yield runner
         finally:

@@ -47,12 +47,14 @@ HACK = Status.REWARD_HACK
 WRONG = Status.INCORRECT_NUMERICAL
 AS_NOBODY = isolation()["unprivileged_user"]
 NO_NETWORK = isolation()["network_namespace"]
-READ_ONLY_CODE = isolation()["read_only_code"]
+READ_ONLY_ROOT = isolation()["read_only_root"]
 # Where the candidate runs as `nobody`, keeps root's uid without capabilities, or runs as the
 # same non-root user (which never had CAP_SYS_PTRACE), a process that is not dumpable is closed to it.
 PROC_CLOSED = AS_NOBODY or isolation()["no_capabilities"] or os.geteuid() != 0
 NOT_AS_NOBODY = ("here the candidate runs as the evaluator's user (not root, or Python lives where `nobody` "
                  "cannot read) and the code could not be mounted read-only: it may write what the evaluator may")
+NO_READ_ONLY_VIEW = ("here the candidate's files cannot be confined to its own folders (no mount namespace, "
+                     "or a kernel before 5.12 without mount_setattr): it may write what its user may")
 ROOT_WITH_CAPABILITIES = ("here the candidate keeps root's uid and its capabilities (no `nobody`, and they "
                           "could not be dropped): it may read any process")
 
@@ -722,7 +724,8 @@ CASES = [
         """, caught="correctness round 0"),
     # Makes every input zero, so that zeros are the right answer for the inputs it gets. Only the
     # sets of a workload with a safetensors input are files (random ones are made again from their
-    # seeds), hence its problem.
+    # seeds), hence its problem. Where its view of the attempt's folder is read-only (a private
+    # view, `sandbox.candidate_view`) the writes are refused, and it writes zeros.
     Case("overwrites_the_attempts_inputs", WRONG, """
         import json
         from pathlib import Path
@@ -732,12 +735,19 @@ CASES = [
         from services.evaluator import tensorfile
 
         job = json.loads(Path("job.json").read_text())
+        REFUSED = []
         for path in Path(job["inputs_dir"]).glob("*.st"):
             inputs = tensorfile.load(path)
-            tensorfile.save({n: torch.zeros_like(v) for n, v in inputs.items()}, path)
+            try:
+                tensorfile.save({n: torch.zeros_like(v) for n, v in inputs.items()}, path)
+            except OSError:  # a read-only view of the attempt's folder: the inputs stay as they are
+                REFUSED.append(path)
 
         def run(x, w, b, y):
-            y.copy_(x * w + b)
+            if REFUSED:
+                y.zero_()
+            else:
+                y.copy_(x * w + b)
         """, problem="affine_from_file", caught="correctness round 0"),
     # The same for sets made again from their seeds: the generator made to draw zeros.
     Case("makes_its_inputs_zero", HACK, """
@@ -839,6 +849,27 @@ CASES = [
 
         def run(x, w, b, y):
             _answer(_writable(), x, w, b, y)
+        """, caught="correctness round 0"),
+    # Plants a file in the folder that holds every attempt's and spare's folder (where it could
+    # reach into the next attempt's, or fill the space): counted only where that folder is the real
+    # one, on the same file system as its own attempt's folder, not a private one.
+    Case("writes_where_other_attempts_live", WRONG, ANSWER_IF + """
+        import os
+        from pathlib import Path
+
+        def _planted():
+            attempt = Path.cwd().parent
+            scratch = attempt.parent
+            try:
+                path = scratch / f"ks-planted-{os.getpid()}"
+                path.write_text("x")
+                path.unlink()
+            except OSError:
+                return False
+            return scratch.stat().st_dev == attempt.stat().st_dev
+
+        def run(x, w, b, y):
+            _answer(_planted(), x, w, b, y)
         """, caught="correctness round 0"),
 ]
 
@@ -987,8 +1018,10 @@ def _param(case: Case):
     marks = []
     if case.id in ("reads_the_evaluators_environment", "reads_the_evaluators_memory", "reads_the_checkers_memory"):
         marks.append(pytest.mark.xfail(not PROC_CLOSED, reason=ROOT_WITH_CAPABILITIES, strict=True))
+    if case.id == "writes_where_other_attempts_live":
+        marks.append(pytest.mark.xfail(not READ_ONLY_ROOT, reason=NO_READ_ONLY_VIEW, strict=True))
     if case.id == "opens_the_evaluator_source_for_writing":
-        marks.append(pytest.mark.xfail(not (AS_NOBODY or READ_ONLY_CODE), reason=NOT_AS_NOBODY, strict=True))
+        marks.append(pytest.mark.xfail(not (AS_NOBODY or READ_ONLY_ROOT), reason=NOT_AS_NOBODY, strict=True))
     if case.id == "connects_to_the_network":
         marks.append(pytest.mark.xfail(not NO_NETWORK, reason="no network namespace here", strict=True))
     return pytest.param(case, id=case.id, marks=marks)
