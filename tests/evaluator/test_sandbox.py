@@ -165,6 +165,7 @@ def test_an_isolated_child_has_no_capabilities_no_writable_code_and_no_view_of_i
     )
 
     tmp_path.chmod(0o777)  # where it runs as `nobody`, its home must be writable by it
+    tmp_path.parent.chmod(0o711)  # and reachable, as an attempt's folder is (`hand_over_folders`)
     limit = memory_limit("cpu")
     elsewhere = tmp_path.parent / f"{tmp_path.name}-elsewhere"  # beside its home: the next attempt's, say
     elsewhere.mkdir(mode=0o777)
@@ -183,7 +184,7 @@ def test_an_isolated_child_has_no_capabilities_no_writable_code_and_no_view_of_i
     if not keeps_root or isolation()["read_only_root"]:
         assert not probe["code_writable"]
     if isolation()["read_only_root"]:  # nothing but its own folders, whoever it runs as
-        assert probe["own_writable"] and not probe["elsewhere_writable"]
+        assert probe["own_writable"] and not probe["elsewhere_writable"], probe
         assert not (elsewhere / "planted").exists()
     assert probe["address_space"] == limit and not probe["allocated_beyond"]  # a CPU device's bound
 

@@ -717,7 +717,10 @@ CASES = [
 
         job = json.loads(Path("job.json").read_text())
         job.update(correctness_rounds=0, timing_sets=0)
-        Path("job.json").write_text(json.dumps(job))
+        try:
+            Path("job.json").write_text(json.dumps(job))
+        except OSError:  # as `nobody`, the evaluator's file in its home is not its to write
+            pass
 
         def run(x, w, b, y):
             y.zero_()
