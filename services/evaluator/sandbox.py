@@ -5,20 +5,20 @@ package, the GPU it may use); the parent kills the whole process group when time
 
 An untrusted child (`isolate=True`) is also confined, as far as the evaluator's privileges allow:
 limits on open files, file size, processes and core dumps always, on its address space on a CPU
-device (`memory_limit`), and it becomes the subreaper of its descendants (a double-forked daemon
-stays its child, where the guards see it). When the evaluator runs as root: a network namespace of
-its own (no interface but a downed loopback), and a private view of the file systems
-(`candidate_view`, `_private_view`): every mount read-only but its own folders (its home and its
-output folder), its attempt's folder visible read-only, /tmp and /dev/shm empty ones of its own,
-so that it sees no other attempt's or spare's folder and can write no file outside its own; then
-the identity of `nobody`, so that it can read neither the evaluator's environment
-(/proc/<pid>/environ) nor files it was not given, or, where `nobody` cannot run the interpreter
-(Python under a root-only home), root's uid without any capability. Where the evaluator is not
-root, the candidate enters a user namespace of its own where the machine allows one (keeping its
-uid): a network namespace, the same private view, then no capabilities. The processes that start
+device (`memory_limit`); it is the OOM killer's first choice on any device, and the subreaper of its
+descendants (a double-forked daemon stays its child, where the guards see it). When the evaluator
+runs as root: a network namespace of its own (no interface but a downed loopback), and a private
+view of the file systems (`candidate_view`, `_private_view`): every mount read-only but its own
+folders (its home and its output folder), its attempt's folder visible read-only, /tmp and /dev/shm
+empty ones of its own, so that it sees no other attempt's or spare's folder and can write no file
+outside its own; then the identity of `nobody`, so that it can read neither the evaluator's
+environment (/proc/<pid>/environ) nor files it was not given, or, where `nobody` cannot run the
+interpreter (Python under a root-only home), root's uid without any capability. Where the evaluator
+is not root, the candidate enters a user namespace of its own where the machine allows one (keeping
+its uid): a network namespace, the same private view, then no capabilities. The processes that start
 children (the evaluator, the fork server) make themselves not dumpable (`protect_self`), so a
-candidate of the same user and without CAP_SYS_PTRACE cannot read their /proc/<pid>/mem or
-environ. `isolation()` says what is applied on this machine.
+candidate of the same user and without CAP_SYS_PTRACE cannot read their /proc/<pid>/mem or environ.
+`isolation()` says what is applied on this machine.
 """
 
 from __future__ import annotations
@@ -72,6 +72,7 @@ LIMITS = {
     resource.RLIMIT_CORE: 0,
 }
 NPROC_LIMIT = 4096  # threads count too: torch starts many
+OOM_SCORE_ADJ = 1000  # the most: an isolated child is the OOM killer's first choice
 UNPRIVILEGED_USER = "nobody"
 
 
@@ -358,6 +359,7 @@ def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view:
         if memory_bytes:
             resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
         lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
+        _first_for_the_oom_killer()
         if os.geteuid() != 0 and view:  # a user namespace of its own: network, mounts, then no capabilities
             if not (_enter_user_namespace(lib) and _private_view(view, lib)):
                 os.write(2, b"kernelswarm sandbox: no user namespace here; files outside its folders stay writable\n")
@@ -377,6 +379,21 @@ def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view:
             elif view and not _drop_capabilities(lib):
                 os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
     set_parent_death_signal(signal.SIGKILL, lib)  # the forking thread is `_spawner`'s
+
+
+def _first_for_the_oom_killer() -> None:
+    """The kernel's OOM killer takes this process (and what it starts) before any other: on a GPU
+    device its host memory has no bound of its own (`memory_limit`), and a machine out of memory
+    must lose the candidate, not the evaluator or a service beside it. Raising one's own score
+    needs no privilege; before the private view, which makes /proc read-only."""
+    try:
+        fd = os.open(b"/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, b"%d" % OOM_SCORE_ADJ)
+        finally:
+            os.close(fd)
+    except OSError:
+        os.write(2, b"kernelswarm sandbox: the OOM killer's score could not be raised\n")
 
 
 def _private_view(view: tuple[tuple[bytes, bool], ...], lib: ctypes.CDLL) -> bool:

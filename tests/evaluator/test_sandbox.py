@@ -146,6 +146,7 @@ PROBE = textwrap.dedent("""
     Path("probe.json").write_text(json.dumps({
         "elsewhere_writable": writable(sys.argv[3]), "own_writable": writable(os.getcwd()),
         "address_space": resource.getrlimit(resource.RLIMIT_AS)[0], "allocated_beyond": allocated,
+        "oom_score_adj": int(Path("/proc/self/oom_score_adj").read_text()),
         "uid": os.getuid(), "capabilities": int(status["CapEff"], 16) | int(status["CapPrm"], 16),
         "bounding": int(status["CapBnd"], 16), "code_writable": os.access(sys.argv[1], os.W_OK),
         "parent_environ": parent}))
@@ -187,6 +188,7 @@ def test_an_isolated_child_has_no_capabilities_no_writable_code_and_no_view_of_i
         assert probe["own_writable"] and not probe["elsewhere_writable"], probe
         assert not (elsewhere / "planted").exists()
     assert probe["address_space"] == limit and not probe["allocated_beyond"]  # a CPU device's bound
+    assert probe["oom_score_adj"] == 1000  # the OOM killer's first choice, whatever the device
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="becomes `nobody` to play an evaluator that is not root")
