@@ -17,8 +17,8 @@ Not covered here (GPU only, or not yet caught anywhere):
 - work on a side stream, outside the timed stream: tests/gpu/test_languages.py
   (test_work_on_a_side_stream_is_timed, CUPTI span over every stream);
 - CUDA graphs replayed across timed iterations, launches left in flight after the call returns
-  (no synchronize), L2 cache residency between iterations (the flush), a time below the SOL bound:
-  not yet covered by a GPU test;
+  (no synchronize), lines left persisting in L2 across the flush, a time below the SOL bound:
+  tests/gpu/test_gpu_hacks.py (all four passed on the H200, 2026-12-03);
 - results forged at import, and a native timer hijack through ctypes (the C function behind
   time.perf_counter rewritten), are caught by the evaluator's outer clock (OUTER_CLOCK below, and
   REOPENED: they pass with it off) only where the time they hide exceeds its slack: for a kernel of
