@@ -80,7 +80,7 @@ class Spares:
         root = make_folder(role[:3], self.scratch)
         (root / home).mkdir(mode=0o700)
         # A candidate writes its home and its outputs (the attempt's `outputs` folder, made now:
-        # what it may write is fixed when it starts), nothing else (`sandbox.writable_folders`).
+        # what it may write is fixed when it starts), nothing else (`sandbox.candidate_view`).
         own = (root / home, root / OUTPUTS) if role == "candidate" else ()
         for folder in own[1:]:
             folder.mkdir(mode=0o700)

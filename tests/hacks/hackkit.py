@@ -114,7 +114,7 @@ def start_attempts(request: pytest.FixtureRequest, tmp: Path, cases: list[Case])
         env.setenv("OMP_NUM_THREADS", "1")  # two children at a time on a small machine
         drop = Path(tempfile.mkdtemp(prefix="ks-hacks-", dir="/tmp"))
         drop.chmod(0o777)  # the candidate may run as `nobody`
-        env.setenv(WRITABLE_ENV, str(drop))  # and writes nothing else (sandbox.writable_folders)
+        env.setenv(WRITABLE_ENV, str(drop))  # and writes nothing else (sandbox.candidate_view)
         runner = Attempts(problems(tmp), listener.getsockname()[1], [c for c in cases if c.id in selected], drop)
         try:
             yield runner
