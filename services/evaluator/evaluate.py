@@ -32,7 +32,7 @@ from services.evaluator.correctness import Check
 from services.evaluator.inputs import NOT_REPRODUCED
 from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.outer_clock import timed_hand_over
-from services.evaluator.sandbox import StartedChild, memory_limit, start_child
+from services.evaluator.sandbox import StartedChild, memory_limit, shared_folders, start_child
 from services.evaluator.spares import HOMES, OUTPUTS, SPARE_READY_S, Spare, Spares, discard
 from services.evaluator.score import count_ahead, hardware_for, score_workload
 from services.evaluator.scratch import make_folder, sweep_folders
@@ -177,7 +177,8 @@ class _Children:
             return start_child([*CHILD, "--wait", self.config.device], home, home / "child.log",
                                isolate=role == "candidate", fork_server=self.config.fork_server,
                                memory_bytes=memory_limit(self.config.device),
-                               own_folders=(home, self.dirs[OUTPUTS]) if role == "candidate" else ())
+                               own_folders=(home, self.dirs[OUTPUTS]) if role == "candidate" else (),
+                               shared_folders=shared_folders(self.config.device))
         return spare.child
 
     def wait_ready(self) -> None:

@@ -11,14 +11,15 @@ runs as root: a network namespace of its own (no interface but a downed loopback
 view of the file systems (`candidate_view`, `_private_view`): every mount read-only but its own
 folders (its home and its output folder), its attempt's folder visible read-only, /tmp and /dev/shm
 empty ones of its own, so that it sees no other attempt's or spare's folder and can write no file
-outside its own; then the identity of `nobody`, so that it can read neither the evaluator's
-environment (/proc/<pid>/environ) nor files it was not given, or, where `nobody` cannot run the
-interpreter (Python under a root-only home), root's uid without any capability. Where the evaluator
-is not root, the candidate enters a user namespace of its own where the machine allows one (keeping
-its uid): a network namespace, the same private view, then no capabilities. The processes that start
-children (the evaluator, the fork server) make themselves not dumpable (`protect_self`), so a
-candidate of the same user and without CAP_SYS_PTRACE cannot read their /proc/<pid>/mem or environ.
-`isolation()` says what is applied on this machine.
+outside its own (on a CUDA device it keeps the real /dev/shm, writable: `SHARED_ON_CUDA`); then the
+identity of `nobody`, so that it can read neither the evaluator's environment (/proc/<pid>/environ)
+nor files it was not given, or, where `nobody` cannot run the interpreter (Python under a root-only
+home), root's uid without any capability. Where the evaluator is not root, the candidate enters a
+user namespace of its own where the machine allows one (keeping its uid): a network namespace, the
+same private view, then no capabilities. The processes that start children (the evaluator, the fork
+server) make themselves not dumpable (`protect_self`), so a candidate of the same user and without
+CAP_SYS_PTRACE cannot read their /proc/<pid>/mem or environ. `isolation()` says what is applied on
+this machine.
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000, 0x40000
 SCRATCH_MOUNTS = (b"/tmp", b"/dev/shm")  # shared scratch space: private and empty in a candidate's view
+# On a CUDA device the candidate keeps the real /dev/shm, writable: its output sets reach the checker
+# through CUDA IPC, which has not yet run with a private /dev/shm (the driver may keep files there).
+SHARED_ON_CUDA = ("/dev/shm",)
 MOUNT_SETATTR_SYSCALL = 442  # Linux 5.12 and later; the same number on x86_64 and aarch64
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 # Folders (separated by ':') an isolated candidate may write besides its own: for tests that need a
@@ -116,18 +120,26 @@ def isolation() -> dict[str, bool]:
             "no_capabilities": (keeps_root and _can_shield("capabilities")) or user_namespace}
 
 
-def candidate_view(own: tuple[Path, ...]) -> tuple[tuple[str, bool], ...]:
+def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = ()) -> tuple[tuple[str, bool], ...]:
     """What an isolated child sees of the scratch folders, as (folder, writable) pairs
-    (`_private_view`): the folder holding its `own` (its attempt's: inputs, solution) read-only,
-    its own (its home, its output folder) and those of `WRITABLE_ENV` writable; all else
-    read-only, and /tmp and /dev/shm empty folders of its own. Empty where this evaluator cannot
-    confine its children's writes (neither root nor allowed a user namespace)."""
+    (`_private_view`, which binds them back in this order): `shared` (real scratch mounts it keeps
+    as they are, writable: `SHARED_ON_CUDA`), the folder holding its `own` (its attempt's: inputs, solution)
+    read-only, its own (its home, its output folder) and those of `WRITABLE_ENV` writable; all
+    else read-only, and /tmp and /dev/shm empty folders of its own (where not `shared`). Empty
+    where this evaluator cannot confine its children's writes (neither root nor allowed a user
+    namespace)."""
     if os.geteuid() != 0 and not _can_shield("user_namespace"):
         return ()
     own_paths = [os.path.realpath(p) for p in own]
     extra = [os.path.realpath(p) for p in os.environ.get(WRITABLE_ENV, "").split(":") if p]
     parents = sorted({os.path.dirname(p) for p in own_paths} - set(own_paths))
-    return (*((p, False) for p in parents), *((p, True) for p in (*own_paths, *extra)))
+    return (*((p, True) for p in shared if os.path.isdir(p)), *((p, False) for p in parents),
+            *((p, True) for p in (*own_paths, *extra)))
+
+
+def shared_folders(device: str) -> tuple[str, ...]:
+    """The real folders a candidate on `device` keeps in its view, writable (`candidate_view`)."""
+    return SHARED_ON_CUDA if device.startswith("cuda") else ()
 
 
 @functools.cache
@@ -204,7 +216,7 @@ def memory_limit(device: str) -> int | None:
 
 def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = False,
                 fork_server: bool = True, memory_bytes: int | None = None,
-                own_folders: tuple[Path, ...] = ()) -> StartedChild:
+                own_folders: tuple[Path, ...] = (), shared_folders: tuple[str, ...] = ()) -> StartedChild:
     """`python -m <args>` in `workdir`, stdout and stderr to `log_path`, stdin a pipe for its job.
     With `isolate`, the child is confined (see the module docstring); the folders it must write
     are the caller's to hand over (`unprivileged_ids`). The evaluator's own child
@@ -213,11 +225,12 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
     and for anything else, the child is a new interpreter. Either way it inherits one end of a
     private socket pair (`StartedChild.channel`). `memory_bytes`: the isolated child's address space
     (`memory_limit`). `own_folders`: the only folders the isolated child may write (default: its
-    `workdir`), all else read-only to it where this machine allows (`candidate_view`)."""
+    `workdir`), all else read-only to it where this machine allows (`candidate_view`), but
+    `shared_folders` (`SHARED_ON_CUDA`)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         process, channel_fd = _start(args, workdir, log_path, isolate, fork_server, theirs.fileno(),
-                                     memory_bytes if isolate else None, own_folders)
+                                     memory_bytes if isolate else None, own_folders, shared_folders)
         return StartedChild(process, workdir, log_path, ours, channel_fd)
     except BaseException:
         ours.close()
@@ -227,12 +240,12 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
 
 
 def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_server: bool,
-           channel: int, memory_bytes: int | None = None,
-           own_folders: tuple[Path, ...] = ()) -> tuple[subprocess.Popen, int]:
+           channel: int, memory_bytes: int | None = None, own_folders: tuple[Path, ...] = (),
+           shared_folders: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
     """The child's process and the number of its channel's descriptor."""
     protect_self()
     ids = unprivileged_ids() if isolate else None
-    view = candidate_view(own_folders or (workdir,)) if isolate else ()
+    view = candidate_view(own_folders or (workdir,), shared_folders) if isolate else ()
     if fork_server and args[:2] == ["-m", CHILD_MODULE]:
         try:
             server = ForkServer.get(scrubbed_env(Path(tempfile.gettempdir())), _start_server)
@@ -399,18 +412,22 @@ def _first_for_the_oom_killer() -> None:
 def _private_view(view: tuple[tuple[bytes, bool], ...], lib: ctypes.CDLL) -> bool:
     """In a mount namespace of its own (changes stay in it): /tmp and /dev/shm empty tmpfs of its
     own (where the scratch folders of every attempt and spare live), with `view`'s folders bound
-    back in at their paths; then every mount read-only, recursively (`mount_setattr`), but the
-    private /tmp and /dev/shm themselves and the folders of `view` marked writable. So it can write
+    back in at their paths, in order (a scratch mount `view` names writable is not covered: it
+    stays the real one, shared); then every mount read-only, recursively (`mount_setattr`),
+    but the private /tmp and /dev/shm themselves and the folders of `view` marked writable (with
+    what lies below them, but the read-only ones, which are made so again). So it can write
     neither the code it runs, nor the evaluator's files, nor another attempt's folder (which it
     does not even see); device nodes it still can (a read-only mount does not stop writes to
     them: the GPU works)."""
     if lib.unshare(CLONE_NEWNS) != 0 or lib.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return False
+    shared = {path for path, writable in view if writable and path in SCRATCH_MOUNTS}  # kept as they are
     try:  # held before anything covers them
-        kept = [(path, writable, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path, writable in view]
+        kept = [(path, writable, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path, writable in view
+                if path not in shared]
     except OSError:
         return False
-    scratch = [p for p in SCRATCH_MOUNTS if os.path.isdir(p)]
+    scratch = [p for p in SCRATCH_MOUNTS if os.path.isdir(p) and p not in shared]
     for path in scratch:
         if lib.mount(b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777") != 0:
             return False
@@ -421,7 +438,8 @@ def _private_view(view: tuple[tuple[bytes, bool], ...], lib: ctypes.CDLL) -> boo
         if bound != 0:
             return False
     if not (_set_read_only(b"/", True, lib) and all(_set_read_only(p, False, lib, recursive=False) for p in scratch)
-            and all(_set_read_only(p, False, lib) for p, writable in view if writable)):
+            and all(_set_read_only(p, False, lib) for p, writable in view if writable)
+            and all(_set_read_only(p, True, lib, recursive=False) for p, writable in view if not writable)):
         return False
     # Its working directory (entered before this, by Popen or the fork server) is still the folder
     # under the bind: entered again by name, it is the one bound on top.

@@ -331,3 +331,51 @@ def test_mountinfo_paths_are_unescaped() -> None:
 
     assert _unescaped(b"/mnt/a\\040b\\011c") == b"/mnt/a b\tc"
     assert _unescaped(b"/plain\\") == b"/plain\\"
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/dev/shm"), reason="makes a mount namespace over /dev/shm")
+def test_on_a_cuda_device_the_real_dev_shm_stays_shared_and_the_attempt_read_only() -> None:
+    """`shared_folders("cuda")`: the candidate keeps the real /dev/shm, writable (CUDA IPC with the
+    checker has not run with a private one), but its attempt's folder there stays read-only and
+    /tmp stays its own."""
+    from services.evaluator import sandbox
+    from shared.process import libc
+
+    if not sandbox.isolation()["read_only_root"]:
+        pytest.skip("no mount namespace here")
+    assert sandbox.shared_folders("cuda:0") == ("/dev/shm",) and sandbox.shared_folders("cpu") == ()
+    scratch = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    attempt = scratch / "ks-att-mine"
+    own = attempt / "cand"
+    own.mkdir(parents=True)
+    (attempt / "inputs").mkdir()
+    view = sandbox.encoded_view(sandbox.candidate_view((own,), sandbox.shared_folders("cuda")))
+    assert view[0] == (b"/dev/shm", True)
+    lib = libc()
+    pid = os.fork()
+    if pid == 0:
+        failed = 0
+        try:
+            os.chdir(own)
+            if not sandbox._private_view(view, lib):
+                os._exit(90)
+            Path("mine").write_text("x")
+            (scratch / "beside").write_text("x")  # the real /dev/shm: shared, writable
+            try:
+                (attempt / "inputs" / "planted").write_text("x")
+                failed |= 1
+            except OSError:
+                pass
+            Path("/tmp/private-cuda").write_text("x")
+        except BaseException:  # noqa: BLE001 - anything else is a failure of the test's own
+            import traceback
+
+            traceback.print_exc()
+            failed = 99
+        os._exit(failed)
+    _, status = os.waitpid(pid, 0)
+    outcome = os.waitstatus_to_exitcode(status)
+    seen = [(own / "mine").exists(), (scratch / "beside").exists(), Path("/tmp/private-cuda").exists()]
+    shutil.rmtree(scratch)
+    assert outcome == 0, {1: "its attempt's folder writable", 90: "no private view"}.get(outcome, outcome)
+    assert seen == [True, True, False]
