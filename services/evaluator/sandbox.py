@@ -123,9 +123,9 @@ def isolation() -> dict[str, bool]:
 def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = ()) -> tuple[tuple[str, bool], ...]:
     """What an isolated child sees of the scratch folders, as (folder, writable) pairs
     (`_private_view`, which binds them back in this order): `shared` (real scratch mounts it keeps
-    as they are, writable: `SHARED_ON_CUDA`), the folder holding its `own` (its attempt's: inputs, solution)
-    read-only, its own (its home, its output folder) and those of `WRITABLE_ENV` writable; all
-    else read-only, and /tmp and /dev/shm empty folders of its own (where not `shared`). Empty
+    as they are, writable: `SHARED_ON_CUDA`), the folder holding its `own` (its attempt's: inputs,
+    solution) read-only, its own (its home, its output folder) and those of `WRITABLE_ENV` writable;
+    all else read-only, and /tmp and /dev/shm empty folders of its own (where not `shared`). Empty
     where this evaluator cannot confine its children's writes (neither root nor allowed a user
     namespace)."""
     if os.geteuid() != 0 and not _can_shield("user_namespace"):

@@ -265,6 +265,41 @@ def test_a_candidate_of_an_evaluator_that_is_not_root_writes_only_its_folders_an
     assert not planted
 
 
+def _refused(path: Path) -> bool:
+    try:
+        path.write_text("x")
+        return False
+    except OSError:
+        return True
+
+
+def _in_private_view(own: Path, view: tuple[tuple[bytes, bool], ...], checks, before=lambda: None) -> int:
+    """The exit code of a forked process that works in `own`, takes `view` (`_private_view`: 90
+    where it cannot) and runs `checks`, which returns a bitmask of failures (99: it raised)."""
+    from services.evaluator import sandbox
+    from shared.process import libc
+
+    lib = libc()
+    pid = os.fork()
+    if pid == 0:
+        failed = 0
+        try:
+            before()
+            os.chdir(own)
+            if not sandbox._private_view(view, lib):
+                os._exit(90)
+            Path("mine").write_text("x")  # its own folder, by a relative path (its working directory)
+            failed = checks()
+        except BaseException:  # noqa: BLE001 - anything else is a failure of the test's own
+            import traceback
+
+            traceback.print_exc()
+            failed = 99
+        os._exit(failed)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="makes a mount namespace, as a root evaluator's candidate does")
 @pytest.mark.parametrize("mount_setattr", [True, False], ids=["mount_setattr", "one_remount_per_mount"])
 def test_the_private_view_leaves_only_its_own_folders_writable(tmp_path: Path, mount_setattr: bool) -> None:
@@ -273,7 +308,6 @@ def test_the_private_view_leaves_only_its_own_folders_writable(tmp_path: Path, m
     its own, and the code read-only; with `mount_setattr` and, where a kernel or a seccomp filter
     refuses that call, with one remount per mount (the call's number made unknown here)."""
     from services.evaluator import sandbox
-    from shared.process import libc
 
     if not sandbox.isolation()["read_only_root"]:
         pytest.skip("no mount namespace here")
@@ -285,39 +319,22 @@ def test_the_private_view_leaves_only_its_own_folders_writable(tmp_path: Path, m
     (attempt / "inputs").mkdir()
     (other / "secret").write_text("x")
     (tmp_path / "shared").write_text("x")
-    lib = libc()
-    pid = os.fork()
-    if pid == 0:
-        failed = 0
-        try:
-            if not mount_setattr:
-                sandbox.MOUNT_SETATTR_SYSCALL = 1 << 20  # ENOSYS: the fallback
-            os.chdir(own)
-            if not sandbox._private_view(((str(attempt).encode(), False), (str(own).encode(), True)), lib):
-                os._exit(90)
-            Path("mine").write_text("x")  # its own folder, by a relative path (its working directory)
 
-            def refused(path: Path) -> bool:
-                try:
-                    path.write_text("x")
-                    return False
-                except OSError:
-                    return True
+    def without_mount_setattr() -> None:
+        if not mount_setattr:
+            sandbox.MOUNT_SETATTR_SYSCALL = 1 << 20  # ENOSYS: the fallback
 
-            failed |= 0 if refused(attempt / "inputs" / "planted") else 1
-            failed |= 0 if refused(sandbox.PACKAGE_ROOT / "planted.py") else 2
-            failed |= 0 if not other.exists() and not (tmp_path / "shared").exists() else 4
-            Path("/tmp/private").write_text("x")  # its own /tmp and /dev/shm, empty
-            if os.path.isdir("/dev/shm"):
-                Path("/dev/shm/private").write_text("x")
-        except BaseException:  # noqa: BLE001 - anything else is a failure of the test's own
-            import traceback
+    def checks() -> int:
+        failed = 0 if _refused(attempt / "inputs" / "planted") else 1
+        failed |= 0 if _refused(sandbox.PACKAGE_ROOT / "planted.py") else 2
+        failed |= 0 if not other.exists() and not (tmp_path / "shared").exists() else 4
+        Path("/tmp/private").write_text("x")  # its own /tmp and /dev/shm, empty
+        if os.path.isdir("/dev/shm"):
+            Path("/dev/shm/private").write_text("x")
+        return failed
 
-            traceback.print_exc()
-            failed = 99
-        os._exit(failed)
-    _, status = os.waitpid(pid, 0)
-    outcome = os.waitstatus_to_exitcode(status)
+    outcome = _in_private_view(own, ((str(attempt).encode(), False), (str(own).encode(), True)), checks,
+                               without_mount_setattr)
     mine = (own / "mine").exists()
     leaked = [p for p in (Path("/tmp/private"), Path("/dev/shm/private"), attempt / "inputs" / "planted") if p.exists()]
     shutil.rmtree(scratch)
@@ -339,7 +356,6 @@ def test_on_a_cuda_device_the_real_dev_shm_stays_shared_and_the_attempt_read_onl
     checker has not run with a private one), but its attempt's folder there stays read-only and
     /tmp stays its own."""
     from services.evaluator import sandbox
-    from shared.process import libc
 
     if not sandbox.isolation()["read_only_root"]:
         pytest.skip("no mount namespace here")
@@ -351,30 +367,13 @@ def test_on_a_cuda_device_the_real_dev_shm_stays_shared_and_the_attempt_read_onl
     (attempt / "inputs").mkdir()
     view = sandbox.encoded_view(sandbox.candidate_view((own,), sandbox.shared_folders("cuda")))
     assert view[0] == (b"/dev/shm", True)
-    lib = libc()
-    pid = os.fork()
-    if pid == 0:
-        failed = 0
-        try:
-            os.chdir(own)
-            if not sandbox._private_view(view, lib):
-                os._exit(90)
-            Path("mine").write_text("x")
-            (scratch / "beside").write_text("x")  # the real /dev/shm: shared, writable
-            try:
-                (attempt / "inputs" / "planted").write_text("x")
-                failed |= 1
-            except OSError:
-                pass
-            Path("/tmp/private-cuda").write_text("x")
-        except BaseException:  # noqa: BLE001 - anything else is a failure of the test's own
-            import traceback
 
-            traceback.print_exc()
-            failed = 99
-        os._exit(failed)
-    _, status = os.waitpid(pid, 0)
-    outcome = os.waitstatus_to_exitcode(status)
+    def checks() -> int:
+        (scratch / "beside").write_text("x")  # the real /dev/shm: shared, writable
+        Path("/tmp/private-cuda").write_text("x")
+        return 0 if _refused(attempt / "inputs" / "planted") else 1
+
+    outcome = _in_private_view(own, view, checks)
     seen = [(own / "mine").exists(), (scratch / "beside").exists(), Path("/tmp/private-cuda").exists()]
     shutil.rmtree(scratch)
     assert outcome == 0, {1: "its attempt's folder writable", 90: "no private view"}.get(outcome, outcome)
