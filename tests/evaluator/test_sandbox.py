@@ -273,6 +273,19 @@ def _refused(path: Path) -> bool:
         return True
 
 
+def _read_only(path: str) -> bool:
+    """Whether `path`'s mount is read-only (asked of statvfs: nothing is written to find out)."""
+    return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+
+
+def _proc_read_only_but_processes() -> bool:
+    """/proc as a CUDA candidate sees it: its own entries on a writable mount, every other entry
+    (the kernel's settings, sysrq-trigger, the drivers') read-only."""
+    others = [e for e in os.listdir("/proc") if not e.isdigit() and not os.path.islink(f"/proc/{e}")]
+    return (not _read_only(f"/proc/{os.getpid()}") and "sys" in others
+            and all(_read_only(f"/proc/{e}") for e in others))
+
+
 def _in_private_view(own: Path, view: tuple[tuple[bytes, bool], ...], checks, before=lambda: None) -> int:
     """The exit code of a forked process that works in `own`, takes `view` (`_private_view`: 90
     where it cannot) and runs `checks`, which returns a bitmask of failures (99: it raised)."""
@@ -328,6 +341,7 @@ def test_the_private_view_leaves_only_its_own_folders_writable(tmp_path: Path, m
         failed = 0 if _refused(attempt / "inputs" / "planted") else 1
         failed |= 0 if _refused(sandbox.PACKAGE_ROOT / "planted.py") else 2
         failed |= 0 if not other.exists() and not (tmp_path / "shared").exists() else 4
+        failed |= 0 if _refused(Path("/proc/self/comm")) and _read_only("/proc/sys") else 8
         Path("/tmp/private").write_text("x")  # its own /tmp and /dev/shm, empty
         if os.path.isdir("/dev/shm"):
             Path("/dev/shm/private").write_text("x")
@@ -339,7 +353,7 @@ def test_the_private_view_leaves_only_its_own_folders_writable(tmp_path: Path, m
     leaked = [p for p in (Path("/tmp/private"), Path("/dev/shm/private"), attempt / "inputs" / "planted") if p.exists()]
     shutil.rmtree(scratch)
     assert outcome == 0, {1: "its attempt's folder writable", 2: "the code writable", 4: "other folders in view",
-                          90: "no private view"}.get(outcome, outcome)
+                          8: "/proc writable", 90: "no private view"}.get(outcome, outcome)
     assert mine and not leaked
 
 
@@ -359,7 +373,7 @@ def test_on_a_cuda_device_the_real_dev_shm_stays_shared_and_the_attempt_read_onl
 
     if not sandbox.isolation()["read_only_root"]:
         pytest.skip("no mount namespace here")
-    assert sandbox.shared_folders("cuda:0") == ("/dev/shm",) and sandbox.shared_folders("cpu") == ()
+    assert sandbox.shared_folders("cuda:0") == ("/dev/shm", "/proc") and sandbox.shared_folders("cpu") == ()
     scratch = Path(tempfile.mkdtemp(dir="/dev/shm"))
     attempt = scratch / "ks-att-mine"
     own = attempt / "cand"
@@ -371,10 +385,13 @@ def test_on_a_cuda_device_the_real_dev_shm_stays_shared_and_the_attempt_read_onl
     def checks() -> int:
         (scratch / "beside").write_text("x")  # the real /dev/shm: shared, writable
         Path("/tmp/private-cuda").write_text("x")
-        return 0 if _refused(attempt / "inputs" / "planted") else 1
+        Path("/proc/self/comm").write_text("candidate")  # its own entries in /proc: writable
+        failed = 0 if _refused(attempt / "inputs" / "planted") else 1
+        return failed | (0 if _proc_read_only_but_processes() else 2)
 
     outcome = _in_private_view(own, view, checks)
     seen = [(own / "mine").exists(), (scratch / "beside").exists(), Path("/tmp/private-cuda").exists()]
     shutil.rmtree(scratch)
-    assert outcome == 0, {1: "its attempt's folder writable", 90: "no private view"}.get(outcome, outcome)
+    assert outcome == 0, {1: "its attempt's folder writable", 2: "/proc's other entries writable",
+                          90: "no private view"}.get(outcome, outcome)
     assert seen == [True, True, False]
