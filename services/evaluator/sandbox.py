@@ -127,18 +127,34 @@ def isolation() -> dict[str, bool]:
 def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = ()) -> tuple[tuple[str, bool], ...]:
     """What an isolated child sees of the scratch folders, as (folder, writable) pairs
     (`_private_view`, which binds them back in this order): `shared` (real scratch mounts it keeps
-    as they are, writable, and /proc's entries of processes: `SHARED_ON_CUDA`), the folder holding its `own` (its attempt's: inputs,
-    solution) read-only, its own (its home, its output folder) and those of `WRITABLE_ENV` writable;
-    all else read-only, and /tmp and /dev/shm empty folders of its own (where not `shared`). Empty
-    where this evaluator cannot confine its children's writes (neither root nor allowed a user
-    namespace)."""
+    as they are, writable, and /proc's entries of processes: `SHARED_ON_CUDA`), its code where that
+    lies in /tmp or /dev/shm (`_code_in_scratch`) and the folder holding its `own` (its attempt's:
+    inputs, solution) read-only, its own (its home, its output folder) and those of `WRITABLE_ENV`
+    writable; all else read-only, and /tmp and /dev/shm empty folders of its own (where not
+    `shared`). Empty where this evaluator cannot confine its children's writes (neither root nor
+    allowed a user namespace)."""
     if os.geteuid() != 0 and not _can_shield("user_namespace"):
         return ()
     own_paths = [os.path.realpath(p) for p in own]
     extra = [os.path.realpath(p) for p in os.environ.get(WRITABLE_ENV, "").split(":") if p]
     parents = sorted({os.path.dirname(p) for p in own_paths} - set(own_paths))
-    return (*((p, True) for p in shared if os.path.isdir(p)), *((p, False) for p in parents),
-            *((p, True) for p in (*own_paths, *extra)))
+    return (*((p, True) for p in shared if os.path.isdir(p)), *((p, False) for p in _code_in_scratch(own_paths)),
+            *((p, False) for p in parents), *((p, True) for p in (*own_paths, *extra)))
+
+
+def _code_in_scratch(own_paths: list[str]) -> list[str]:
+    """The folders of the candidate's code (this package, its import path, the interpreter's
+    prefix) that lie below a scratch mount, which its private view replaces with an empty one: they
+    are bound back in, read-only. Never one that holds a folder of its own (it would show the
+    attempts beside it)."""
+    scratch = [os.fsdecode(m) + os.sep for m in SCRATCH_MOUNTS]
+    found: list[str] = []
+    for path in (str(PACKAGE_ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep), sys.prefix, sys.base_prefix):
+        real = os.path.realpath(path) if path else ""
+        if (os.path.isdir(real) and real not in found and any(real.startswith(m) for m in scratch)
+                and not any(p.startswith(real + os.sep) for p in own_paths)):
+            found.append(real)
+    return found
 
 
 def shared_folders(device: str) -> tuple[str, ...]:

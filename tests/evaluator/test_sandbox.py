@@ -395,3 +395,32 @@ def test_on_a_cuda_device_the_real_dev_shm_stays_shared_and_the_attempt_read_onl
     assert outcome == 0, {1: "its attempt's folder writable", 2: "/proc's other entries writable",
                           90: "no private view"}.get(outcome, outcome)
     assert seen == [True, True, False]
+
+
+def test_code_in_a_scratch_folder_stays_importable_and_read_only(monkeypatch) -> None:
+    """A library on the import path below /tmp (a wheel unpacked there, a virtual environment):
+    the candidate's private /tmp would hide it, so the view binds it back in, read-only; a folder
+    holding the candidate's own is never bound (it would show the attempts beside it)."""
+    from services.evaluator import sandbox
+
+    if not sandbox.isolation()["read_only_root"]:
+        pytest.skip("no mount namespace here")
+    library = Path(tempfile.mkdtemp(dir="/tmp"))
+    (library / "ks_probe_module.py").write_text("VALUE = 7\n")
+    scratch = Path(tempfile.mkdtemp(dir="/tmp"))
+    own = scratch / "ks-att-mine" / "cand"
+    own.mkdir(parents=True)
+    monkeypatch.setenv("PYTHONPATH", f"{library}{os.pathsep}{scratch}")
+    view = sandbox.encoded_view(sandbox.candidate_view((own,)))
+    assert (str(library).encode(), False) in view and not any(p == str(scratch).encode() for p, _ in view)
+
+    def checks() -> int:
+        seen = (library / "ks_probe_module.py").read_text() == "VALUE = 7\n"
+        return (0 if seen else 1) | (0 if _refused(library / "planted.py") else 2)
+
+    outcome = _in_private_view(own, view, checks)
+    planted = (library / "planted.py").exists()
+    shutil.rmtree(library)
+    shutil.rmtree(scratch)
+    assert outcome == 0, {1: "the library hidden", 2: "the library writable", 90: "no private view"}.get(outcome, outcome)
+    assert not planted
