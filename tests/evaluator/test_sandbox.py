@@ -422,5 +422,6 @@ def test_code_in_a_scratch_folder_stays_importable_and_read_only(monkeypatch) ->
     planted = (library / "planted.py").exists()
     shutil.rmtree(library)
     shutil.rmtree(scratch)
-    assert outcome == 0, {1: "the library hidden", 2: "the library writable", 90: "no private view"}.get(outcome, outcome)
+    assert outcome == 0, {1: "the library hidden", 2: "the library writable",
+                          90: "no private view"}.get(outcome, outcome)
     assert not planted

@@ -1,0 +1,66 @@
+"""The candidate's private view on a GPU machine (`services/evaluator/sandbox.py`): CUDA's driver
+initialises inside it. On the H200 a view with /proc wholly read-only failed cuInit with CUDA
+error 304 in every candidate (the driver writes to its own process's entries), hence
+`SHARED_ON_CUDA`.
+
+Run on the GPU machine: `pytest -m gpu tests/gpu/test_sandbox_gpu.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+# In a new interpreter (CUDA must not have been initialised before the view is taken, and this
+# test's own process has): take the candidate's view, its identity, then cuInit. Exit codes: the
+# CUDA error, 90 where no view could be taken, 91 where /proc's other entries stayed writable.
+PROBE = """
+import ctypes, os, sys
+from pathlib import Path
+from services.evaluator import sandbox
+lib = ctypes.CDLL(None, use_errno=True)
+own = Path(sys.argv[1])
+os.chdir(own)
+view = sandbox.encoded_view(sandbox.candidate_view((own,), sandbox.shared_folders("cuda")))
+if not sandbox._private_view(view, lib):
+    sys.exit(90)
+if os.statvfs("/proc/sys").f_flag & os.ST_RDONLY == 0:
+    sys.exit(91)
+ids = sandbox.unprivileged_ids()
+if ids is not None:
+    os.setgroups([]); os.setgid(ids[1]); os.setuid(ids[0])
+Path("mine").write_text("x")
+cuda = ctypes.CDLL("libcuda.so.1")
+count = ctypes.c_int(0)
+error = cuda.cuInit(0) or cuda.cuDeviceGetCount(ctypes.byref(count))
+sys.exit(error or (0 if count.value > 0 else 92))
+"""
+
+
+def test_cuda_initialises_in_the_candidates_view() -> None:
+    from services.evaluator import sandbox
+
+    if os.geteuid() != 0 or not sandbox.isolation()["read_only_root"]:
+        pytest.skip("the private view needs a root evaluator with mount namespaces here")
+    scratch = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    own = scratch / "ks-att-gpu" / "cand"
+    own.mkdir(parents=True)
+    os.chmod(own, 0o777)  # the candidate may be `nobody`
+    run = subprocess.run([sys.executable, "-c", PROBE, str(own)], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(sandbox.PACKAGE_ROOT),
+                                                                          os.environ.get("PYTHONPATH", "")])})
+    wrote = (own / "mine").exists()
+    shutil.rmtree(scratch)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    assert wrote
