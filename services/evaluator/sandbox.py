@@ -11,8 +11,9 @@ runs as root: a network namespace of its own (no interface but a downed loopback
 view of the file systems (`candidate_view`, `_private_view`): every mount read-only but its own
 folders (its home and its output folder), its attempt's folder visible read-only, /tmp and /dev/shm
 empty ones of its own, so that it sees no other attempt's or spare's folder and can write no file
-outside its own (on a CUDA device the entries of processes in /proc stay writable: `SHARED_ON_CUDA`);
-then the identity of `nobody`, so that it can read neither the evaluator's environment (/proc/<pid>/environ)
+outside its own (on a CUDA device it keeps the real /dev/shm, writable, and the entries of processes
+in /proc: `SHARED_ON_CUDA`); then the
+identity of `nobody`, so that it can read neither the evaluator's environment (/proc/<pid>/environ)
 nor files it was not given, or, where `nobody` cannot run the interpreter (Python under a root-only
 home), root's uid without any capability. Where the evaluator is not root, the candidate enters a
 user namespace of its own where the machine allows one (keeping its uid): a network namespace, the
@@ -56,11 +57,11 @@ CLONE_NEWUSER = 0x10000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000, 0x40000
 SCRATCH_MOUNTS = (b"/tmp", b"/dev/shm")  # shared scratch space: private and empty in a candidate's view
 PROC = b"/proc"
-# On a CUDA device the entries of processes in /proc stay writable (`_per_process_proc`): CUDA's
-# driver writes to its own at cuInit (with /proc wholly read-only cuInit fails with CUDA error 304,
-# measured on the H200: bench/sandbox_cuda_probe.py). Its /dev/shm is private as on a CPU: the
-# output sets' CUDA IPC to the checker works without the real one (measured there too).
-SHARED_ON_CUDA = ("/proc",)
+# On a CUDA device the candidate keeps the real /dev/shm, writable: its output sets reach the checker
+# through CUDA IPC, which has not yet run with a private /dev/shm (the driver may keep files there).
+# And the entries of processes in /proc stay writable (`_per_process_proc`): CUDA's driver writes to
+# its own at cuInit (a read-only /proc fails it, CUDA error 304, measured on the H200).
+SHARED_ON_CUDA = ("/dev/shm", "/proc")
 MOUNT_SETATTR_SYSCALL = 442  # Linux 5.12 and later; the same number on x86_64 and aarch64
 AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 # Folders (separated by ':') an isolated candidate may write besides its own: for tests that need a
@@ -125,12 +126,13 @@ def isolation() -> dict[str, bool]:
 
 def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = ()) -> tuple[tuple[str, bool], ...]:
     """What an isolated child sees of the scratch folders, as (folder, writable) pairs
-    (`_private_view`, which binds them back in this order): `shared` writable (/proc, whose entries
-    of processes stay writable: `SHARED_ON_CUDA`), its code where that lies in /tmp or /dev/shm
-    (`_code_in_scratch`) and the folder holding its `own` (its attempt's: inputs, solution)
-    read-only, its own (its home, its output folder) and those of `WRITABLE_ENV` writable; all else
-    read-only, and /tmp and /dev/shm empty folders of its own. Empty where this evaluator cannot
-    confine its children's writes (neither root nor allowed a user namespace)."""
+    (`_private_view`, which binds them back in this order): `shared` (real scratch mounts it keeps
+    as they are, writable, and /proc's entries of processes: `SHARED_ON_CUDA`), its code where that
+    lies in /tmp or /dev/shm (`_code_in_scratch`) and the folder holding its `own` (its attempt's:
+    inputs, solution) read-only, its own (its home, its output folder) and those of `WRITABLE_ENV`
+    writable; all else read-only, and /tmp and /dev/shm empty folders of its own (where not
+    `shared`). Empty where this evaluator cannot confine its children's writes (neither root nor
+    allowed a user namespace)."""
     if os.geteuid() != 0 and not _can_shield("user_namespace"):
         return ()
     own_paths = [os.path.realpath(p) for p in own]
@@ -156,8 +158,7 @@ def _code_in_scratch(own_paths: list[str]) -> list[str]:
 
 
 def shared_folders(device: str) -> tuple[str, ...]:
-    """The folders a candidate on `device` keeps writable in its view besides its own
-    (`candidate_view`): on a CUDA device /proc's entries of processes."""
+    """The real folders a candidate on `device` keeps in its view, writable (`candidate_view`)."""
     return SHARED_ON_CUDA if device.startswith("cuda") else ()
 
 
@@ -431,21 +432,23 @@ def _first_for_the_oom_killer() -> None:
 def _private_view(view: tuple[tuple[bytes, bool], ...], lib: ctypes.CDLL) -> bool:
     """In a mount namespace of its own (changes stay in it): /tmp and /dev/shm empty tmpfs of its
     own (where the scratch folders of every attempt and spare live), with `view`'s folders bound
-    back in at their paths, in order; then every mount read-only, recursively (`mount_setattr`),
+    back in at their paths, in order (a scratch mount `view` names writable is not covered: it
+    stays the real one, shared); then every mount read-only, recursively (`mount_setattr`),
     but the private /tmp and /dev/shm themselves and the folders of `view` marked writable (with
     what lies below them, but the read-only ones, which are made so again; /proc marked writable:
-    only the entries of processes, `_per_process_proc`). So it can write neither the code it runs, nor the evaluator's files, nor another attempt's folder (which it
+    only the entries of processes, `_per_process_proc`). So it can write
+    neither the code it runs, nor the evaluator's files, nor another attempt's folder (which it
     does not even see); device nodes it still can (a read-only mount does not stop writes to
     them: the GPU works)."""
     if lib.unshare(CLONE_NEWNS) != 0 or lib.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return False
-    proc = (PROC, True) in view
+    shared = {path for path, writable in view if writable and path in (*SCRATCH_MOUNTS, PROC)}  # kept as they are
     try:  # held before anything covers them
         kept = [(path, writable, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path, writable in view
-                if path != PROC]
+                if path not in shared]
     except OSError:
         return False
-    scratch = [p for p in SCRATCH_MOUNTS if os.path.isdir(p)]
+    scratch = [p for p in SCRATCH_MOUNTS if os.path.isdir(p) and p not in shared]
     for path in scratch:
         if lib.mount(b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777") != 0:
             return False
@@ -458,7 +461,7 @@ def _private_view(view: tuple[tuple[bytes, bool], ...], lib: ctypes.CDLL) -> boo
     if not (_set_read_only(b"/", True, lib) and all(_set_read_only(p, False, lib, recursive=False) for p in scratch)
             and all(_set_read_only(p, False, lib) for p, writable in view if writable and p != PROC)
             and all(_set_read_only(p, True, lib, recursive=False) for p, writable in view if not writable)
-            and (not proc or _per_process_proc(lib))):
+            and (PROC not in shared or _per_process_proc(lib))):
         return False
     # Its working directory (entered before this, by Popen or the fork server) is still the folder
     # under the bind: entered again by name, it is the one bound on top.

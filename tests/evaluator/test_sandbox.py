@@ -365,37 +365,36 @@ def test_mountinfo_paths_are_unescaped() -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/dev/shm"), reason="makes a mount namespace over /dev/shm")
-def test_on_a_cuda_device_only_the_entries_of_processes_in_proc_stay_writable() -> None:
-    """`shared_folders("cuda")`: the CPU view, but /proc's entries of processes writable (CUDA's
-    driver writes to its own at cuInit) and every other entry of /proc read-only; /tmp and /dev/shm
-    its own, its attempt's folder read-only."""
+def test_on_a_cuda_device_the_real_dev_shm_stays_shared_and_the_attempt_read_only() -> None:
+    """`shared_folders("cuda")`: the candidate keeps the real /dev/shm, writable (CUDA IPC with the
+    checker has not run with a private one), but its attempt's folder there stays read-only and
+    /tmp stays its own."""
     from services.evaluator import sandbox
 
     if not sandbox.isolation()["read_only_root"]:
         pytest.skip("no mount namespace here")
-    assert sandbox.shared_folders("cuda:0") == ("/proc",) and sandbox.shared_folders("cpu") == ()
+    assert sandbox.shared_folders("cuda:0") == ("/dev/shm", "/proc") and sandbox.shared_folders("cpu") == ()
     scratch = Path(tempfile.mkdtemp(dir="/dev/shm"))
     attempt = scratch / "ks-att-mine"
     own = attempt / "cand"
     own.mkdir(parents=True)
     (attempt / "inputs").mkdir()
-    (scratch / "ks-att-other").mkdir()
     view = sandbox.encoded_view(sandbox.candidate_view((own,), sandbox.shared_folders("cuda")))
-    assert view[0] == (b"/proc", True)
+    assert view[0] == (b"/dev/shm", True)
 
     def checks() -> int:
-        Path("/dev/shm/private-cuda").write_text("x")  # its own /dev/shm
+        (scratch / "beside").write_text("x")  # the real /dev/shm: shared, writable
+        Path("/tmp/private-cuda").write_text("x")
         Path("/proc/self/comm").write_text("candidate")  # its own entries in /proc: writable
         failed = 0 if _refused(attempt / "inputs" / "planted") else 1
-        failed |= 0 if _proc_read_only_but_processes() else 2
-        return failed | (0 if not (scratch / "ks-att-other").exists() else 4)
+        return failed | (0 if _proc_read_only_but_processes() else 2)
 
     outcome = _in_private_view(own, view, checks)
-    seen = [(own / "mine").exists(), Path("/dev/shm/private-cuda").exists()]
+    seen = [(own / "mine").exists(), (scratch / "beside").exists(), Path("/tmp/private-cuda").exists()]
     shutil.rmtree(scratch)
     assert outcome == 0, {1: "its attempt's folder writable", 2: "/proc's other entries writable",
-                          4: "another attempt in view", 90: "no private view"}.get(outcome, outcome)
-    assert seen == [True, False]
+                          90: "no private view"}.get(outcome, outcome)
+    assert seen == [True, True, False]
 
 
 def test_code_in_a_scratch_folder_stays_importable_and_read_only(monkeypatch) -> None:
