@@ -35,7 +35,7 @@ os.chdir(own)
 view = sandbox.encoded_view(sandbox.candidate_view((own,), sandbox.shared_folders("cuda")))
 if not sandbox._private_view(view, lib):
     sys.exit(90)
-if os.statvfs("/proc/sys").f_flag & os.ST_RDONLY == 0:
+if not os.statvfs("/proc/sys").f_flag & os.ST_RDONLY:
     sys.exit(91)
 ids = sandbox.unprivileged_ids()
 if ids is not None:
