@@ -33,6 +33,7 @@ class ChildResults:
     phases: dict[str, float] = field(default_factory=dict)  # the child's own account (diagnostics only)
     clock: OuterClock | None = None  # what the outer clock saw, where it was on
     checker: Checker | None = None  # the reference's process, still running, where it became the checker
+    memory_exceeded_bytes: int | None = None  # killed by its cgroup's OOM killer at this host-memory bound
 
     def clock_verdict(self, reference: ChildResults, uuid: str, result: dict[str, Any], timed_sets: int) -> str | None:
         """Why a workload the candidate reports as timed is a REWARD_HACK by the outer clock, or None."""
@@ -65,6 +66,10 @@ class ChildResults:
                                                       f"workload and was killed"}
         elif self.timed_out:
             missing = {"status": "TIMEOUT", "message": f"{who} ran past {self.timeout_s:.0f} s and was killed"}
+        elif self.memory_exceeded_bytes:
+            missing = {"status": "RUNTIME_ERROR", "message": f"{who} went over its host-memory bound of "
+                                                            f"{self.memory_exceeded_bytes / 2**30:.1f} GiB and "
+                                                            f"was killed by the kernel:\n{self.log}"}
         else:
             missing = {"status": "RUNTIME_ERROR",
                        "message": f"{who} exited with code {self.exit_code} before finishing:\n{self.log}"}
@@ -122,7 +127,7 @@ def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild],
         log.info("child %s exited %s timed_out=%s stalled=%s", job["role"], run.exit_code, run.timed_out,
                  run.stalled)
     return ChildResults(workloads, run.timed_out, run.exit_code, run.log, stall_s if run.stalled else timeout_s,
-                         run.stalled, phases, clock if config.outer_clock else None, checker)
+                         run.stalled, phases, clock if config.outer_clock else None, checker, run.memory_exceeded_bytes)
 
 
 def hand_over_folders(home: Path, inputs: Path, outputs: Path) -> None:

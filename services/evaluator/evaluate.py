@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from services.evaluator import memcap
 from services.evaluator.build import Build, build_solution
 from services.evaluator.checks import reference_failed, timed_runs
 from services.evaluator.children import run_child
@@ -176,7 +177,7 @@ class _Children:
             home = self.dirs["ref" if role == "reference" else "cand"]
             return start_child([*CHILD, "--wait", self.config.device], home, home / "child.log",
                                isolate=role == "candidate", fork_server=self.config.fork_server,
-                               memory_bytes=memory_limit(self.config.device),
+                               memory_bytes=memory_limit(self.config.device), host_memory_bytes=memcap.bound_bytes(),
                                own_folders=(home, self.dirs[OUTPUTS]) if role == "candidate" else (),
                                shared_folders=shared_folders(self.config.device))
         return spare.child

@@ -103,7 +103,8 @@ def serve(control_fd: int) -> None:
             if pid == 0:
                 _become_child(request, fds, lambda: _confine(
                     request["isolate"], tuple(request["ids"]) if request["ids"] else None, lib,
-                    encoded_view(request.get("view", ())), request.get("memory")))
+                    encoded_view(request.get("view", ())), request.get("memory"),
+                    os.fsencode(request["cgroup"]) if request.get("cgroup") else None))
             for fd in fds:
                 os.close(fd)
             live.add(pid)
@@ -229,13 +230,14 @@ class ForkServer:
 
     def start(self, argv: list[str], workdir: Path, log_path: Path, env: dict[str, str], isolate: bool,
               ids: tuple[int, int] | None, channel: int, view: tuple[tuple[str, bool], ...] = (),
-              memory_bytes: int | None = None) -> ForkedProcess:
+              memory_bytes: int | None = None, cgroup_procs: bytes | None = None) -> ForkedProcess:
         """Fork a child; `channel` (a descriptor of this process) becomes its `CLOCK_FD`."""
         read_end, write_end = os.pipe()
         try:
             reply = self._call({"op": "start", "argv": argv, "workdir": str(workdir), "log_path": str(log_path),
                                 "env": env, "isolate": isolate, "ids": list(ids) if ids else None,
-                                "view": [list(v) for v in view], "memory": memory_bytes},
+                                "view": [list(v) for v in view], "memory": memory_bytes,
+                                "cgroup": os.fsdecode(cgroup_procs) if cgroup_procs else None},
                                [read_end, channel])
         except BaseException:
             os.close(write_end)

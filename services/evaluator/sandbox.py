@@ -5,7 +5,8 @@ package, the GPU it may use); the parent kills the whole process group when time
 
 An untrusted child (`isolate=True`) is also confined, as far as the evaluator's privileges allow:
 limits on open files, file size, processes and core dumps always, on its address space on a CPU
-device (`memory_limit`); it is the OOM killer's first choice on any device, and the subreaper of its
+device (`memory_limit`), on its host memory by a cgroup of its own where the evaluator can make one
+(`memcap`, on any device); it is the OOM killer's first choice on any device, and the subreaper of its
 descendants (a double-forked daemon stays its child, where the guards see it). When the evaluator
 runs as root: a network namespace of its own (no interface but a downed loopback), and a private
 view of the file systems (`candidate_view`, `_private_view`): every mount read-only but its own
@@ -43,6 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.evaluator import memcap
 from services.evaluator.forkserver import CLOCK_FD, ForkServer, ServerGone
 from shared.process import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, die_with_parent, libc, set_parent_death_signal
 
@@ -96,6 +98,7 @@ class ChildRun:
     elapsed_s: float
     log: str
     stalled: bool = False  # killed for making no progress (a per-step timeout), not for the total
+    memory_exceeded_bytes: int | None = None  # the host-memory bound its cgroup's OOM kill enforced
 
 
 def scrubbed_env(home: Path) -> dict[str, str]:
@@ -113,7 +116,8 @@ def isolation() -> dict[str, bool]:
     libraries that `nobody` may read); as root, a view of every file system read-only but for its
     own folders (`read_only_root`), and, where it keeps root's uid, no capabilities; not as root, a
     user namespace of its own where the machine allows one, which gives it a private network, the
-    same read-only view and no capabilities."""
+    same read-only view and no capabilities; as root where a memory cgroup can be made, a bound on
+    its host memory on any device (`host_memory_cgroup`, `memcap`)."""
     root = os.geteuid() == 0
     nobody = unprivileged_ids() is not None
     keeps_root = root and not nobody
@@ -121,7 +125,8 @@ def isolation() -> dict[str, bool]:
     return {"limits": True, "network_namespace": (root and _can_unshare_net()) or user_namespace,
             "unprivileged_user": nobody, "user_namespace": user_namespace,
             "read_only_root": (root and _can_shield("mount")) or user_namespace,
-            "no_capabilities": (keeps_root and _can_shield("capabilities")) or user_namespace}
+            "no_capabilities": (keeps_root and _can_shield("capabilities")) or user_namespace,
+            "host_memory_cgroup": memcap.find() is not None}
 
 
 def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = ()) -> tuple[tuple[str, bool], ...]:
@@ -206,12 +211,15 @@ class StartedChild:
     log_path: Path
     channel: socket.socket
     channel_fd: int
+    cgroup: memcap.Cgroup | None = None  # its host-memory bound, where one could be made
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def kill(self) -> None:
         _kill_group(self.process)
+        if self.cgroup is not None:
+            self.cgroup.remove()
         self.channel.close()
         if self.process.stdin is not None and not self.process.stdin.closed:
             try:
@@ -225,18 +233,13 @@ def memory_limit(device: str) -> int | None:
     (at least 4 GiB), so that a solution allocating without end fails alone (MemoryError) instead of
     calling the kernel's OOM killer onto the evaluator. None on a GPU: its driver reserves address
     space far beyond the host's memory (a cap on host memory there would need a cgroup)."""
-    if device.startswith("cuda"):
-        return None
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return None
-    return max(4 << 30, total // 2)
+    return None if device.startswith("cuda") else memcap.bound_bytes()
 
 
 def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = False,
                 fork_server: bool = True, memory_bytes: int | None = None,
-                own_folders: tuple[Path, ...] = (), shared_folders: tuple[str, ...] = ()) -> StartedChild:
+                own_folders: tuple[Path, ...] = (), shared_folders: tuple[str, ...] = (),
+                host_memory_bytes: int | None = None) -> StartedChild:
     """`python -m <args>` in `workdir`, stdout and stderr to `log_path`, stdin a pipe for its job.
     With `isolate`, the child is confined (see the module docstring); the folders it must write
     are the caller's to hand over (`unprivileged_ids`). The evaluator's own child
@@ -246,14 +249,19 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
     private socket pair (`StartedChild.channel`). `memory_bytes`: the isolated child's address space
     (`memory_limit`). `own_folders`: the only folders the isolated child may write (default: its
     `workdir`), all else read-only to it where this machine allows (`candidate_view`), but
-    `shared_folders` (`SHARED_ON_CUDA`)."""
+    `shared_folders` (`SHARED_ON_CUDA`). `host_memory_bytes`: the isolated child's host memory, by
+    a cgroup of its own where this evaluator can make one (`memcap`; on any device)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    cgroup = memcap.new(host_memory_bytes) if isolate and host_memory_bytes else None
     try:
         process, channel_fd = _start(args, workdir, log_path, isolate, fork_server, theirs.fileno(),
-                                     memory_bytes if isolate else None, own_folders, shared_folders)
-        return StartedChild(process, workdir, log_path, ours, channel_fd)
+                                     memory_bytes if isolate else None, own_folders, shared_folders,
+                                     cgroup.procs if cgroup is not None else None)
+        return StartedChild(process, workdir, log_path, ours, channel_fd, cgroup)
     except BaseException:
         ours.close()
+        if cgroup is not None:
+            cgroup.remove(0)
         raise
     finally:
         theirs.close()
@@ -261,7 +269,8 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
 
 def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_server: bool,
            channel: int, memory_bytes: int | None = None, own_folders: tuple[Path, ...] = (),
-           shared_folders: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
+           shared_folders: tuple[str, ...] = (),
+           cgroup_procs: bytes | None = None) -> tuple[subprocess.Popen, int]:
     """The child's process and the number of its channel's descriptor."""
     protect_self()
     ids = unprivileged_ids() if isolate else None
@@ -270,13 +279,13 @@ def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_s
         try:
             server = ForkServer.get(scrubbed_env(Path(tempfile.gettempdir())), _start_server)
             forked = server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids, channel, view,
-                                  memory_bytes)
+                                  memory_bytes, cgroup_procs)
             return forked, CLOCK_FD
         except ServerGone:
             log.exception("no fork server: starting the child as a new interpreter")
     # Decided before the fork, per call (attempts may start children from several threads at once):
     # between fork and exec the hook only calls what was resolved here.
-    confine = functools.partial(_confine, isolate, ids, libc(), encoded_view(view), memory_bytes)
+    confine = functools.partial(_confine, isolate, ids, libc(), encoded_view(view), memory_bytes, cgroup_procs)
 
     def spawn() -> subprocess.Popen:
         with open(log_path, "wb") as log_file:
@@ -349,7 +358,12 @@ def finish_child(child: StartedChild, job: str, timeout_s: float, progress: Path
     finally:
         if not kept:
             _kill_group(child.process)
-    return ChildRun(child.process.returncode, timed_out, time.monotonic() - started, _tail(child.log_path), stalled)
+    exceeded = None
+    if not kept and child.cgroup is not None:
+        exceeded = child.cgroup.limit_bytes if child.cgroup.oom_killed() else None
+        child.cgroup.remove()
+    return ChildRun(child.process.returncode, timed_out, time.monotonic() - started, _tail(child.log_path), stalled,
+                    exceeded)
 
 
 def _mtime(path: Path | None) -> int | None:
@@ -379,7 +393,7 @@ def encoded_view(view) -> tuple[tuple[bytes, bool], ...]:
 
 
 def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: tuple[tuple[bytes, bool], ...] = (),
-             memory_bytes: int | None = None) -> None:
+             memory_bytes: int | None = None, cgroup_procs: bytes | None = None) -> None:
     """Runs in the child between fork and exec. Every child dies with the evaluator (a SIGKILLed
     evaluator leaves no candidate spinning on its GPU). An isolated one then gets limits, network,
     a private view of the file systems (`view`, `_private_view`; empty: none), identity or no
@@ -387,6 +401,8 @@ def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view:
     evaluator has other threads, so nothing here may take a lock one of them could have held at
     the fork: no dlopen (`lib` was loaded before), no imports."""
     if isolate:
+        if cgroup_procs is not None:  # while /sys/fs/cgroup is still writable to it (the view)
+            _join_cgroup(cgroup_procs)
         for limit, value in LIMITS.items():
             resource.setrlimit(limit, (value, value))
         if memory_bytes:
@@ -412,6 +428,18 @@ def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view:
             elif view and not _drop_capabilities(lib):
                 os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
     set_parent_death_signal(signal.SIGKILL, lib)  # the forking thread is `_spawner`'s
+
+
+def _join_cgroup(procs: bytes) -> None:
+    """This process (and all it starts) into its memory cgroup (`memcap`), by its `cgroup.procs`."""
+    try:
+        fd = os.open(procs, os.O_WRONLY)
+        try:
+            os.write(fd, b"0")
+        finally:
+            os.close(fd)
+    except OSError:
+        os.write(2, b"kernelswarm sandbox: its memory cgroup could not be joined; host memory stays unbounded\n")
 
 
 def _first_for_the_oom_killer() -> None:

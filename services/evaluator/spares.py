@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.evaluator import memcap
 from services.evaluator.scratch import make_folder, sweep_folders
 from services.evaluator.sandbox import StartedChild, memory_limit, shared_folders, start_child, unprivileged_ids
 
@@ -90,7 +91,8 @@ class Spares:
             os.chown(root / home, *ids)
         child = start_child(["-m", "services.evaluator.child", "--wait", self.device], root / home,
                             root / home / "child.log", isolate=role == "candidate", fork_server=self.fork_server,
-                            memory_bytes=memory_limit(self.device), own_folders=own,
+                            memory_bytes=memory_limit(self.device), host_memory_bytes=memcap.bound_bytes(),
+                            own_folders=own,
                             shared_folders=shared_folders(self.device))
         return Spare(child, root)
 

@@ -1,0 +1,174 @@
+"""A bound on an isolated child's host memory: a memory cgroup of its own (`sandbox.start_child`).
+
+`RLIMIT_AS` bounds a CPU candidate's address space, but a GPU's driver reserves address space far
+beyond the host's memory, so there only a cgroup can bound what a candidate holds. Where this
+evaluator may make one (root, with the memory controller in cgroup v2's unified hierarchy, enabled
+below its own cgroup or enabled there by it, or in v1's memory hierarchy), every isolated child
+gets a cgroup of its own beside the evaluator's processes: a memory bound, no swap beyond it, and
+on v2 the whole group killed together. The child moves itself in between fork and exec
+(`sandbox._confine` writes `cgroup.procs`), before it gives up its privileges. Its kills by the
+kernel's OOM killer are counted in the cgroup, read back (`Cgroup.oom_killed`) before the cgroup is
+removed. Where none can be made (a container without a writable hierarchy, no root), nothing is
+bound but the OOM score (`sandbox._first_for_the_oom_killer`)."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIX = "ks-cand-"  # then the evaluator's pid and a counter: ks-cand-<pid>-<n>
+_COUNTER = itertools.count()
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    version: int  # 1 or 2
+    base: Path  # the evaluator's own cgroup, where the children's are made
+
+    def limit_files(self) -> tuple[str, ...]:
+        return ("memory.max", "memory.swap.max") if self.version == 2 else \
+            ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
+
+
+@dataclass(frozen=True)
+class Cgroup:
+    path: Path
+    version: int
+    limit_bytes: int
+
+    @property
+    def procs(self) -> bytes:
+        """The file the child writes "0" into to move itself in (`sandbox._confine`)."""
+        return os.fsencode(self.path / "cgroup.procs")
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel killed a process of this cgroup for going over its bound."""
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        try:
+            fields = dict(line.split() for line in (self.path / name).read_text().splitlines() if " " in line)
+        except OSError:
+            return False
+        return int(fields.get("oom_kill", "0")) > 0
+
+    def remove(self, wait_s: float = 1.0) -> None:
+        """Removed once empty (the kernel frees a killed process's cgroup membership shortly after
+        its death); left for `sweep` where it is not empty by then."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                if time.monotonic() >= deadline:
+                    return
+                time.sleep(0.01)
+
+
+def bound_bytes() -> int:
+    """An isolated child's host-memory bound: half of this machine's memory, at least 4 GiB (on a
+    CPU device its address space too: `sandbox.memory_limit`)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 4 << 30
+    return max(4 << 30, total // 2)
+
+
+def new(limit_bytes: int) -> Cgroup | None:
+    """A cgroup bounded to `limit_bytes` for one isolated child, or None where none can be made."""
+    hierarchy = find()
+    if hierarchy is None:
+        return None
+    path = hierarchy.base / f"{PREFIX}{os.getpid()}-{next(_COUNTER)}"
+    try:
+        path.mkdir()
+    except OSError:
+        return None
+    group = Cgroup(path, hierarchy.version, limit_bytes)
+    main, swap = hierarchy.limit_files()
+    values = [(main, str(limit_bytes)), (swap, "0" if hierarchy.version == 2 else str(limit_bytes))]
+    if hierarchy.version == 2:
+        values.append(("memory.oom.group", "1"))
+    try:
+        for name, value in values:
+            if name == main or (path / name).exists():  # no swap files where the kernel counts no swap
+                (path / name).write_text(value)
+    except OSError:
+        group.remove(0)
+        return None
+    return group
+
+
+@functools.cache
+def find() -> Hierarchy | None:
+    """Where this evaluator can make memory cgroups: its own cgroup in v2's unified hierarchy (the
+    memory controller enabled for its children, by this call where the kernel allows it), else in
+    v1's memory hierarchy; None where it cannot (not root, no such hierarchy, no permission). Stale
+    cgroups of evaluators that died are removed (`sweep`)."""
+    if os.geteuid() != 0:
+        return None
+    mounts = _cgroup_mounts()
+    own = _own_cgroups()
+    found = None
+    if "2" in mounts and "" in own:
+        base = mounts["2"] / own[""].lstrip("/")
+        if _memory_for_children(base):
+            found = Hierarchy(2, base)
+    if found is None and "memory" in mounts and "memory" in own:
+        base = mounts["memory"] / own["memory"].lstrip("/")
+        if (base / "memory.limit_in_bytes").exists() and os.access(base, os.W_OK):
+            found = Hierarchy(1, base)
+    if found is not None:
+        sweep(found.base)
+    return found
+
+
+def sweep(base: Path) -> None:
+    """Remove the empty cgroups that evaluators which are gone left here (killed before cleaning up)."""
+    for path in base.glob(f"{PREFIX}*"):
+        pid = path.name[len(PREFIX):].split("-")[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            Cgroup(path, 0, 0).remove(0)
+
+
+def _memory_for_children(base: Path) -> bool:
+    try:
+        if "memory" in (base / "cgroup.subtree_control").read_text().split():
+            return True
+        if "memory" not in (base / "cgroup.controllers").read_text().split():
+            return False
+        (base / "cgroup.subtree_control").write_text("+memory")  # refused where processes live below a
+        return True                                              # cgroup that is not the root one
+    except OSError:
+        return False
+
+
+def _cgroup_mounts() -> dict[str, Path]:
+    """"2" -> the unified hierarchy's mount point, "memory" -> v1's memory hierarchy's."""
+    mounts: dict[str, Path] = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        before, _, after = line.partition(" - ")
+        fields, rest = before.split(), after.split()
+        if len(fields) < 5 or len(rest) < 3:
+            continue
+        if rest[0] == "cgroup2":
+            mounts.setdefault("2", Path(fields[4]))
+        elif rest[0] == "cgroup" and "memory" in rest[2].split(","):
+            mounts.setdefault("memory", Path(fields[4]))
+    return mounts
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroups: "" -> its v2 path, "memory" -> its v1 memory path."""
+    own: dict[str, str] = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for name in controllers.split(",") if controllers else [""]:
+            own[name] = path
+    return own

@@ -1,0 +1,89 @@
+"""An isolated child's host memory, bounded by a cgroup of its own (`services/evaluator/memcap.py`):
+the only bound a GPU candidate's host memory has (its driver's address space rules out
+`RLIMIT_AS`). Needs a root evaluator on a machine with a writable memory cgroup hierarchy (v1 or v2);
+skipped, with the reason, elsewhere."""
+
+from __future__ import annotations
+
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from services.evaluator import memcap
+
+pytestmark = pytest.mark.skipif(memcap.find() is None, reason="no memory cgroup this evaluator may make here")
+
+BOUND = 512 << 20
+# Touches `sys.argv[1]` MiB one page at a time, then says how far it got.
+TOUCH = textwrap.dedent("""
+    import mmap, sys
+    size = int(sys.argv[1]) << 20
+    block = mmap.mmap(-1, size)
+    for offset in range(0, size, 4096):
+        block[offset] = 1
+    print("touched", size >> 20, "MiB", flush=True)
+""")
+
+
+def _run(tmp_path: Path, mib: int):
+    from services.evaluator.sandbox import finish_child, start_child
+
+    child = start_child(["-c", TOUCH, str(mib)], tmp_path, tmp_path / "child.log", isolate=True,
+                        host_memory_bytes=BOUND)
+    assert child.cgroup is not None and child.cgroup.path.is_dir()
+    assert str(child.process.pid) in (child.cgroup.path / "cgroup.procs").read_text().split()
+    run = finish_child(child, "", 60)
+    child.channel.close()
+    return child, run
+
+
+def test_an_isolated_child_over_its_host_memory_bound_is_killed_and_says_so(tmp_path: Path) -> None:
+    child, run = _run(tmp_path, 4 * (BOUND >> 20))
+    assert run.exit_code == -9 and run.memory_exceeded_bytes == BOUND, (run.exit_code, run.log)
+    assert not child.cgroup.path.exists()  # removed once the child is gone
+
+
+def test_an_isolated_child_under_its_bound_runs_and_its_cgroup_goes(tmp_path: Path) -> None:
+    child, run = _run(tmp_path, (BOUND >> 20) // 4)
+    assert run.exit_code == 0 and run.memory_exceeded_bytes is None, run.log
+    assert "touched" in run.log
+    assert not child.cgroup.path.exists()
+
+
+def test_a_candidate_over_its_bound_is_a_runtime_error_naming_it(affine, monkeypatch) -> None:
+    """End to end, through the fork server: the candidate's message names the bound, and the next
+    attempt passes. Its address space unbounded, as on a GPU device (`sandbox.memory_limit`)."""
+    from evalkit import FAST, make_solution
+    from services.evaluator import evaluate as evaluate_module, spares
+    from services.evaluator.evaluate import evaluate
+    from shared.schema import Status
+
+    monkeypatch.setattr(memcap, "bound_bytes", lambda: 1 << 30)
+    for module in (evaluate_module, spares):
+        monkeypatch.setattr(module, "memory_limit", lambda device: None)
+    hog = make_solution("import mmap\n\ndef run(x, w, b, y):\n    block = mmap.mmap(-1, 3 << 30)\n"
+                        "    for offset in range(0, 3 << 30, 4096):\n        block[offset] = 1\n"
+                        "    y.copy_(x * w + b)\n", affine.name)
+    result = evaluate(affine, hog, FAST)
+    assert result.status is Status.RUNTIME_ERROR, result.message
+    assert "host-memory bound of 1.0 GiB" in result.message, result.message
+    honest = make_solution("import torch\n\ndef run(x, w, b, y):\n    y.copy_(x * w + b)\n", affine.name)
+    assert evaluate(affine, honest, FAST).status is Status.PASSED
+
+
+def test_stale_cgroups_of_a_dead_evaluator_are_swept() -> None:
+    base = memcap.find().base
+    stale = base / f"{memcap.PREFIX}{_dead_pid()}-0"
+    stale.mkdir()
+    memcap.sweep(base)
+    assert not stale.exists()
+
+
+def _dead_pid() -> int:
+    pid = os.getpid() + 100000
+    while Path(f"/proc/{pid}").exists():
+        pid += 1
+    return pid if pid < 4194304 else sys.exit("no free pid")
