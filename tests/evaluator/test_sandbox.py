@@ -402,6 +402,7 @@ def test_code_in_a_scratch_folder_stays_importable_and_read_only(monkeypatch) ->
     the candidate's private /tmp would hide it, so the view binds it back in, read-only; a folder
     holding the candidate's own is never bound (it would show the attempts beside it)."""
     from services.evaluator import sandbox
+    from shared.process import libc
 
     if not sandbox.isolation()["read_only_root"]:
         pytest.skip("no mount namespace here")
@@ -418,7 +419,11 @@ def test_code_in_a_scratch_folder_stays_importable_and_read_only(monkeypatch) ->
         seen = (library / "ks_probe_module.py").read_text() == "VALUE = 7\n"
         return (0 if seen else 1) | (0 if _refused(library / "planted.py") else 2)
 
-    outcome = _in_private_view(own, view, checks)
+    def as_a_candidate() -> None:  # where the evaluator is not root: in a user namespace of its own
+        if os.geteuid() != 0:
+            sandbox._enter_user_namespace(libc())
+
+    outcome = _in_private_view(own, view, checks, as_a_candidate)
     planted = (library / "planted.py").exists()
     shutil.rmtree(library)
     shutil.rmtree(scratch)
