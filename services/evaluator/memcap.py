@@ -8,7 +8,8 @@ gets a cgroup of its own beside the evaluator's processes: a memory bound, no sw
 on v2 the whole group killed together. The child moves itself in between fork and exec
 (`sandbox._confine` writes `cgroup.procs`), before it gives up its privileges. Its kills by the
 kernel's OOM killer are counted in the cgroup, read back (`Cgroup.oom_killed`) before the cgroup is
-removed. Where none can be made (a container without a writable hierarchy, no root), nothing is
+removed, and whatever is still in it is killed first, a daemon that left the child's process
+group included. Where none can be made (a container without a writable hierarchy, no root), nothing is
 bound but the OOM score (`sandbox._first_for_the_oom_killer`)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,9 +56,26 @@ class Cgroup:
             return False
         return int(fields.get("oom_kill", "0")) > 0
 
+    def kill_all(self) -> None:
+        """SIGKILL to every process left in it: those that left the child's process group too (a
+        daemon in a session of its own)."""
+        try:
+            if self.version == 2 and (self.path / "cgroup.kill").exists():  # Linux 5.14
+                (self.path / "cgroup.kill").write_text("1")
+                return
+            pids = (self.path / "cgroup.procs").read_text().split()
+        except OSError:
+            return
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def remove(self, wait_s: float = 1.0) -> None:
-        """Removed once empty (the kernel frees a killed process's cgroup membership shortly after
-        its death); left for `sweep` where it is not empty by then."""
+        """Every process left in it killed, then removed once empty (the kernel frees a killed
+        process's membership shortly after its death); left for `sweep` where it is not empty by then."""
+        self.kill_all()
         deadline = time.monotonic() + wait_s
         while True:
             try:

@@ -13,10 +13,9 @@ view of the file systems (`candidate_view`, `_private_view`): every mount read-o
 folders (its home and its output folder), its attempt's folder visible read-only, /tmp and /dev/shm
 empty ones of its own, so that it sees no other attempt's or spare's folder and can write no file
 outside its own (on a CUDA device it keeps the real /dev/shm, writable, and the entries of processes
-in /proc: `SHARED_ON_CUDA`); then the
-identity of `nobody`, so that it can read neither the evaluator's environment (/proc/<pid>/environ)
-nor files it was not given, or, where `nobody` cannot run the interpreter (Python under a root-only
-home), root's uid without any capability. Where the evaluator is not root, the candidate enters a
+in /proc: `SHARED_ON_CUDA`); then the identity of `nobody`, so that it can read neither the
+evaluator's environment (/proc/<pid>/environ) nor files it was not given, or, where `nobody` cannot
+run the interpreter (Python under a root-only home), root's uid without any capability. Where the evaluator is not root, the candidate enters a
 user namespace of its own where the machine allows one (keeping its uid): a network namespace, the
 same private view, then no capabilities. The processes that start children (the evaluator, the fork
 server) make themselves not dumpable (`protect_self`), so a candidate of the same user and without
@@ -232,7 +231,8 @@ def memory_limit(device: str) -> int | None:
     """The address space an isolated child may map: on a CPU device, half of this machine's memory
     (at least 4 GiB), so that a solution allocating without end fails alone (MemoryError) instead of
     calling the kernel's OOM killer onto the evaluator. None on a GPU: its driver reserves address
-    space far beyond the host's memory (a cap on host memory there would need a cgroup)."""
+    space far beyond the host's memory (there its host memory is bounded by a cgroup, `memcap`,
+    where the evaluator can make one)."""
     return None if device.startswith("cuda") else memcap.bound_bytes()
 
 

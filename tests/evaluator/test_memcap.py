@@ -87,3 +87,39 @@ def _dead_pid() -> int:
     while Path(f"/proc/{pid}").exists():
         pid += 1
     return pid if pid < 4194304 else sys.exit("no free pid")
+
+
+DAEMON = textwrap.dedent("""
+    import os, sys, time
+    if os.fork() == 0:
+        os.setsid()  # a session of its own: out of reach of the child's process group
+        if os.fork() == 0:
+            with open(sys.argv[1], "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(300)
+        os._exit(0)
+    time.sleep(1)
+""")
+
+
+def test_a_daemon_that_left_the_process_group_dies_with_the_cgroup(tmp_path: Path) -> None:
+    from services.evaluator.sandbox import finish_child, start_child
+
+    pid_file = tmp_path / "daemon.pid"
+    tmp_path.chmod(0o777)  # whoever the child runs as
+    child = start_child(["-c", DAEMON, str(pid_file)], tmp_path, tmp_path / "child.log", isolate=True,
+                        host_memory_bytes=BOUND, own_folders=(tmp_path,))
+    run = finish_child(child, "", 60)
+    child.channel.close()
+    assert run.exit_code == 0, run.log
+    pid = int(pid_file.read_text())
+    assert not _alive(pid), f"the daemon {pid} outlived its cgroup"
+    assert not child.cgroup.path.exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"  # a zombie waits for its reaper only
