@@ -1,4 +1,4 @@
-"""Does CUDA's driver initialise inside the candidate's private view (`sandbox._private_view`), and
+"""Does CUDA's driver initialise inside the candidate's private view (`fsview.private_view`), and
 which part of the view stops it? Each variant runs in a new interpreter (CUDA not yet initialised):
 it takes its part of the view, then calls cuInit and cuDeviceGetCount through libcuda. Needs a
 root evaluator's privileges (a mount namespace) and a GPU.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.evaluator import sandbox  # noqa: E402
+from services.evaluator import fsview, sandbox  # noqa: E402
 
 VARIANTS = {
     "none": "no view",
@@ -41,21 +41,21 @@ def _take(variant: str, own: Path) -> bool:
     lib = ctypes.CDLL(None, use_errno=True)
 
     def namespace() -> bool:
-        return (lib.unshare(sandbox.CLONE_NEWNS) == 0
-                and lib.mount(None, b"/", None, sandbox.MS_REC | sandbox.MS_PRIVATE, None) == 0)
+        return (lib.unshare(fsview.CLONE_NEWNS) == 0
+                and lib.mount(None, b"/", None, fsview.MS_REC | fsview.MS_PRIVATE, None) == 0)
 
     def view(shared: tuple[str, ...]) -> bool:
-        return sandbox._private_view(sandbox.encoded_view(sandbox.candidate_view((own,), shared)), lib)
+        return fsview.private_view(fsview.encoded_view(sandbox.candidate_view((own,), shared)), lib)
 
     if variant == "none":
         return True
     if variant == "namespace":
         return namespace()
     if variant == "read_only_root":
-        return namespace() and sandbox._set_read_only(b"/", True, lib)
+        return namespace() and fsview._set_read_only(b"/", True, lib)
     if variant == "read_only_but_proc":
-        return (namespace() and sandbox._set_read_only(b"/", True, lib)
-                and sandbox._set_read_only(sandbox.PROC, False, lib))
+        return (namespace() and fsview._set_read_only(b"/", True, lib)
+                and fsview._set_read_only(fsview.PROC, False, lib))
     if variant == "cuda_view_private_shm":
         return view(tuple(p for p in sandbox.shared_folders("cuda") if p != "/dev/shm"))
     if variant == "cpu_view":

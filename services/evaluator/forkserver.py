@@ -80,7 +80,8 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 def serve(control_fd: int) -> None:
     from services.evaluator import child, reference_role  # noqa: F401  (imported once here, inherited by every fork)
-    from services.evaluator.sandbox import _confine, encoded_view
+    from services.evaluator.fsview import encoded_view
+    from services.evaluator.sandbox import _confine
 
     import torch
 

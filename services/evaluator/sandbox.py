@@ -9,7 +9,7 @@ device (`memory_limit`), on its host memory by a cgroup of its own where the eva
 (`memcap`, on any device); it is the OOM killer's first choice on any device, and the subreaper of its
 descendants (a double-forked daemon stays its child, where the guards see it). When the evaluator
 runs as root: a network namespace of its own (no interface but a downed loopback), and a private
-view of the file systems (`candidate_view`, `_private_view`): every mount read-only but its own
+view of the file systems (`candidate_view`, `fsview.private_view`): every mount read-only but its own
 folders (its home and its output folder), its attempt's folder visible read-only, /tmp and /dev/shm
 empty ones of its own, so that it sees no other attempt's or spare's folder and can write no file
 outside its own (on a CUDA device it keeps the real /dev/shm, writable, and the entries of processes
@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.evaluator import memcap
+from services.evaluator.fsview import SCRATCH_MOUNTS, encoded_view, private_view
 from services.evaluator.forkserver import CLOCK_FD, ForkServer, ServerGone
 from shared.process import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, die_with_parent, libc, set_parent_death_signal
 
@@ -53,24 +54,15 @@ log = logging.getLogger(__name__)
 PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "LANG")
 LOG_TAIL_CHARS = 8000
 CLONE_NEWNET = 0x40000000
-CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 0x1, 0x2, 0x4, 0x20, 0x1000, 0x4000, 0x40000
-SCRATCH_MOUNTS = (b"/tmp", b"/dev/shm")  # shared scratch space: private and empty in a candidate's view
-PROC = b"/proc"
 # On a CUDA device the candidate keeps the real /dev/shm, writable: its output sets reach the checker
 # through CUDA IPC, which has not yet run with a private /dev/shm (the driver may keep files there).
 # And the entries of processes in /proc stay writable (`_per_process_proc`): CUDA's driver writes to
 # its own at cuInit (a read-only /proc fails it, CUDA error 304, measured on the H200).
 SHARED_ON_CUDA = ("/dev/shm", "/proc")
-MOUNT_SETATTR_SYSCALL = 442  # Linux 5.12 and later; the same number on x86_64 and aarch64
-AT_FDCWD, AT_RECURSIVE, MOUNT_ATTR_RDONLY = -100, 0x8000, 0x1
 # Folders (separated by ':') an isolated candidate may write besides its own: for tests that need a
 # way out of the attempt (the hack suite's drop folder), never set in a deployment.
 WRITABLE_ENV = "KERNELSWARM_SANDBOX_WRITABLE"
-# A bind mount's flags a read-only remount must keep (in a user namespace the kernel refuses to
-# clear them): statvfs's ST_* bit -> mount's MS_* bit.
-KEPT_MOUNT_FLAGS = {0x2: 0x2, 0x4: 0x4, 0x8: 0x8, 0x400: 0x400, 0x800: 0x800, 0x1000: 0x200000}
 PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
 CAPSET_SYSCALL = {"x86_64": 126, "aarch64": 91}.get(platform.machine())  # no wrapper in glibc
 CAPABILITY_VERSION_3 = 0x20080522
@@ -83,11 +75,6 @@ LIMITS = {
 NPROC_LIMIT = 4096  # threads count too: torch starts many
 OOM_SCORE_ADJ = 1000  # the most: an isolated child is the OOM killer's first choice
 UNPRIVILEGED_USER = "nobody"
-
-
-class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
-                ("userns_fd", ctypes.c_uint64)]
 
 
 @dataclass(frozen=True)
@@ -130,7 +117,7 @@ def isolation() -> dict[str, bool]:
 
 def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = ()) -> tuple[tuple[str, bool], ...]:
     """What an isolated child sees of the scratch folders, as (folder, writable) pairs
-    (`_private_view`, which binds them back in this order): `shared` (real scratch mounts it keeps
+    (`fsview.private_view`, which binds them back in this order): `shared` (real scratch mounts it keeps
     as they are, writable, and /proc's entries of processes: `SHARED_ON_CUDA`), its code where that
     lies in /tmp or /dev/shm (`_code_in_scratch`) and the folder holding its `own` (its attempt's:
     inputs, solution) read-only, its own (its home, its output folder) and those of `WRITABLE_ENV`
@@ -387,16 +374,11 @@ def _tail(path: Path) -> str:
     return data.decode(errors="replace")
 
 
-def encoded_view(view) -> tuple[tuple[bytes, bool], ...]:
-    """`candidate_view`'s pairs with their paths as bytes, as `_confine` takes them."""
-    return tuple((os.fsencode(path), bool(writable)) for path, writable in view)
-
-
 def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: tuple[tuple[bytes, bool], ...] = (),
              memory_bytes: int | None = None, cgroup_procs: bytes | None = None) -> None:
     """Runs in the child between fork and exec. Every child dies with the evaluator (a SIGKILLed
     evaluator leaves no candidate spinning on its GPU). An isolated one then gets limits, network,
-    a private view of the file systems (`view`, `_private_view`; empty: none), identity or no
+    a private view of the file systems (`view`, `fsview.private_view`; empty: none), identity or no
     capabilities, in that order (the last gives up the privileges the others need). The
     evaluator has other threads, so nothing here may take a lock one of them could have held at
     the fork: no dlopen (`lib` was loaded before), no imports."""
@@ -410,14 +392,14 @@ def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view:
         lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
         _first_for_the_oom_killer()
         if os.geteuid() != 0 and view:  # a user namespace of its own: network, mounts, then no capabilities
-            if not (_enter_user_namespace(lib) and _private_view(view, lib)):
+            if not (_enter_user_namespace(lib) and private_view(view, lib)):
                 os.write(2, b"kernelswarm sandbox: no user namespace here; files outside its folders stay writable\n")
             elif not _drop_capabilities(lib):
                 os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
         if os.geteuid() == 0:
             if lib.unshare(CLONE_NEWNET) != 0:
                 os.write(2, b"kernelswarm sandbox: no network namespace here; network stays reachable\n")
-            if view and not _private_view(view, lib):
+            if view and not private_view(view, lib):
                 os.write(2, b"kernelswarm sandbox: no private view here; files outside its folders stay writable\n")
             if ids is not None:
                 resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
@@ -457,122 +439,11 @@ def _first_for_the_oom_killer() -> None:
         os.write(2, b"kernelswarm sandbox: the OOM killer's score could not be raised\n")
 
 
-def _private_view(view: tuple[tuple[bytes, bool], ...], lib: ctypes.CDLL) -> bool:
-    """In a mount namespace of its own (changes stay in it): /tmp and /dev/shm empty tmpfs of its
-    own (where the scratch folders of every attempt and spare live), with `view`'s folders bound
-    back in at their paths, in order (a scratch mount `view` names writable is not covered: it
-    stays the real one, shared); then every mount read-only, recursively (`mount_setattr`),
-    but the private /tmp and /dev/shm themselves and the folders of `view` marked writable (with
-    what lies below them, but the read-only ones, which are made so again; /proc marked writable:
-    only the entries of processes, `_per_process_proc`). So it can write
-    neither the code it runs, nor the evaluator's files, nor another attempt's folder (which it
-    does not even see); device nodes it still can (a read-only mount does not stop writes to
-    them: the GPU works)."""
-    if lib.unshare(CLONE_NEWNS) != 0 or lib.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return False
-    shared = {path for path, writable in view if writable and path in (*SCRATCH_MOUNTS, PROC)}  # kept as they are
-    try:  # held before anything covers them
-        kept = [(path, writable, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path, writable in view
-                if path not in shared]
-    except OSError:
-        return False
-    scratch = [p for p in SCRATCH_MOUNTS if os.path.isdir(p) and p not in shared]
-    for path in scratch:
-        if lib.mount(b"tmpfs", path, b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=1777") != 0:
-            return False
-    for path, _writable, fd in kept:
-        os.makedirs(path, exist_ok=True)  # inside a private tmpfs; elsewhere it is there already
-        bound = lib.mount(b"/proc/self/fd/%d" % fd, path, None, MS_BIND | MS_REC, None)
-        os.close(fd)
-        if bound != 0:
-            return False
-    if not (_set_read_only(b"/", True, lib) and all(_set_read_only(p, False, lib, recursive=False) for p in scratch)
-            and all(_set_read_only(p, False, lib) for p, writable in view if writable and p != PROC)
-            and all(_set_read_only(p, True, lib, recursive=False) for p, writable in view if not writable)
-            and (PROC not in shared or _per_process_proc(lib))):
-        return False
-    # Its working directory (entered before this, by Popen or the fork server) is still the folder
-    # under the bind: entered again by name, it is the one bound on top.
-    os.chdir(os.getcwd())
-    return True
-
-
-def _per_process_proc(lib: ctypes.CDLL) -> bool:
-    """/proc's own mount writable again, for the entries of processes (/proc/<pid>, where the
-    kernel's per-process rules decide who may write what: CUDA's driver writes to its own at
-    cuInit), but every other entry (/proc/sys, /proc/sysrq-trigger, /proc/driver, ...) bound onto
-    itself read-only. Symbolic links (self, mounts, net, ...) lead into a process's entries."""
-    if not _set_read_only(PROC, False, lib, recursive=False):
-        return False
-    for name in os.listdir(PROC):
-        path = PROC + b"/" + name
-        if name.isdigit() or os.path.islink(path):
-            continue
-        if lib.mount(path, path, None, MS_BIND | MS_REC, None) != 0 or not _set_read_only(path, True, lib):
-            return False
-    return True
-
-
-def _set_read_only(path: bytes, read_only: bool, lib: ctypes.CDLL, recursive: bool = True) -> bool:
-    """`path`'s mount (and every mount below it, `recursive`) made read-only, or writable again: in
-    one call (`mount_setattr`, Linux 5.12), else (an older kernel, or a seccomp filter that does
-    not know the call) one remount per mount."""
-    attr = _MountAttr(MOUNT_ATTR_RDONLY if read_only else 0, 0 if read_only else MOUNT_ATTR_RDONLY, 0, 0)
-    flags = AT_RECURSIVE if recursive else 0
-    if lib.syscall(ctypes.c_long(MOUNT_SETATTR_SYSCALL), ctypes.c_int(AT_FDCWD), path, ctypes.c_uint(flags),
-                   ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr))) == 0:
-        return True
-    below = path.rstrip(b"/") + b"/"
-    mounts = [m for m in _mount_points() if m == path or (recursive and m.startswith(below))]
-    change = MS_BIND | MS_REMOUNT | (MS_RDONLY if read_only else 0)
-    return bool(mounts) and all(lib.mount(None, m, None, change | _kept_flags(m), None) == 0 for m in mounts)
-
-
-def _mount_points() -> list[bytes]:
-    """This mount namespace's mount points, from /proc/self/mountinfo (read without imports: it
-    runs between fork and exec)."""
-    fd = os.open(b"/proc/self/mountinfo", os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
-    points = []
-    for line in b"".join(chunks).split(b"\n"):
-        fields = line.split(b" ")
-        if len(fields) > 4:
-            points.append(_unescaped(fields[4]))
-    return points
-
-
-def _unescaped(field: bytes) -> bytes:
-    """A mountinfo path with its octal escapes (\\040 for a space, ...) turned back into bytes."""
-    out, k = bytearray(), 0
-    while k < len(field):
-        if field[k] == 0x5C and k + 3 < len(field) and field[k + 1:k + 4].isdigit():
-            out.append(int(field[k + 1:k + 4], 8))
-            k += 4
-        else:
-            out.append(field[k])
-            k += 1
-    return bytes(out)
-
-
-def _kept_flags(path: bytes) -> int:
-    """The mount flags of `path`'s mount that a remount must keep (`KEPT_MOUNT_FLAGS`)."""
-    try:
-        have = os.statvfs(path).f_flag
-    except OSError:
-        return 0
-    return sum(ms for st, ms in KEPT_MOUNT_FLAGS.items() if have & st)
-
-
 def _enter_user_namespace(lib: ctypes.CDLL) -> bool:
     """A user namespace of its own in which this process keeps its uid and gid (each mapped to
     itself) and, until it execs or drops them, every capability over its own new namespaces: a
     network namespace (no interface but a downed loopback) made with it, and the mount namespace
-    `_private_view` makes next. What an evaluator that is not root can give its candidate."""
+    `fsview.private_view` makes next. What an evaluator that is not root can give its candidate."""
     uid, gid = os.getuid(), os.getgid()
     # Inherited from the evaluator (`protect_self`), not dumpable would leave /proc/self/uid_map
     # to root: this process could not write its own map. Its own memory is the candidate's.
@@ -616,12 +487,13 @@ def _can_shield(part: str) -> bool:
         os.mkdir(own)
         os.mkdir(other)
         view = ((folder.encode(), False), (own.encode(), True))
-        read_only = (f"_private_view({view!r}, lib) and os.access({own!r}, os.W_OK) "
+        read_only = (f"private_view({view!r}, lib) and os.access({own!r}, os.W_OK) "
                      f"and not os.access({other!r}, os.W_OK)")
         test = {"mount": read_only, "capabilities": "_drop_capabilities(lib)",
                 "user_namespace": f"_enter_user_namespace(lib) and {read_only} and _drop_capabilities(lib)"}[part]
         code = (f"import ctypes, os, sys; sys.path.insert(0, {str(PACKAGE_ROOT)!r}); "
-                "from services.evaluator.sandbox import _private_view, _drop_capabilities, _enter_user_namespace; "
+                "from services.evaluator.fsview import private_view; "
+                "from services.evaluator.sandbox import _drop_capabilities, _enter_user_namespace; "
                 f"lib = ctypes.CDLL(None, use_errno=True); sys.exit(0 if {test} else 1)")
         try:
             return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

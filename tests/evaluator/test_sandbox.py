@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from services.evaluator import fsview
 from shared.process import running
 
 REPO = Path(__file__).resolve().parents[2]
@@ -244,8 +245,8 @@ def test_a_candidate_of_an_evaluator_that_is_not_root_writes_only_its_folders_an
                 pass
             finally:
                 connection.close()
-            flags = sandbox.MS_BIND | sandbox.MS_REMOUNT | sandbox._kept_flags(b"/")
-            if lib.mount(None, b"/", None, flags, None) == 0 or sandbox._set_read_only(b"/", False, lib):
+            flags = fsview.MS_BIND | fsview.MS_REMOUNT | fsview._kept_flags(b"/")
+            if lib.mount(None, b"/", None, flags, None) == 0 or fsview._set_read_only(b"/", False, lib):
                 failed |= 4  # made writable again
         except BaseException:  # noqa: BLE001 - anything else is a failure of the test's own
             import traceback
@@ -287,9 +288,8 @@ def _proc_read_only_but_processes() -> bool:
 
 
 def _in_private_view(own: Path, view: tuple[tuple[bytes, bool], ...], checks, before=lambda: None) -> int:
-    """The exit code of a forked process that works in `own`, takes `view` (`_private_view`: 90
-    where it cannot) and runs `checks`, which returns a bitmask of failures (99: it raised)."""
-    from services.evaluator import sandbox
+    """The exit code of a forked process that works in `own`, takes `view` (`fsview.private_view`:
+    90 where it cannot) and runs `checks`, which returns a bitmask of failures (99: it raised)."""
     from shared.process import libc
 
     lib = libc()
@@ -299,7 +299,7 @@ def _in_private_view(own: Path, view: tuple[tuple[bytes, bool], ...], checks, be
         try:
             before()
             os.chdir(own)
-            if not sandbox._private_view(view, lib):
+            if not fsview.private_view(view, lib):
                 os._exit(90)
             Path("mine").write_text("x")  # its own folder, by a relative path (its working directory)
             failed = checks()
@@ -316,7 +316,7 @@ def _in_private_view(own: Path, view: tuple[tuple[bytes, bool], ...], checks, be
 @pytest.mark.skipif(os.geteuid() != 0, reason="makes a mount namespace, as a root evaluator's candidate does")
 @pytest.mark.parametrize("mount_setattr", [True, False], ids=["mount_setattr", "one_remount_per_mount"])
 def test_the_private_view_leaves_only_its_own_folders_writable(tmp_path: Path, mount_setattr: bool) -> None:
-    """`_private_view` in a forked process: its own folder writable, its attempt's folder visible
+    """`fsview.private_view` in a forked process: its own folder writable, its attempt's folder visible
     and read-only, another attempt's folder beside it gone from view, /tmp and /dev/shm empty and
     its own, and the code read-only; with `mount_setattr` and, where a kernel or a seccomp filter
     refuses that call, with one remount per mount (the call's number made unknown here)."""
@@ -335,7 +335,7 @@ def test_the_private_view_leaves_only_its_own_folders_writable(tmp_path: Path, m
 
     def without_mount_setattr() -> None:
         if not mount_setattr:
-            sandbox.MOUNT_SETATTR_SYSCALL = 1 << 20  # ENOSYS: the fallback
+            fsview.MOUNT_SETATTR_SYSCALL = 1 << 20  # ENOSYS: the fallback
 
     def checks() -> int:
         failed = 0 if _refused(attempt / "inputs" / "planted") else 1
@@ -358,10 +358,9 @@ def test_the_private_view_leaves_only_its_own_folders_writable(tmp_path: Path, m
 
 
 def test_mountinfo_paths_are_unescaped() -> None:
-    from services.evaluator.sandbox import _unescaped
 
-    assert _unescaped(b"/mnt/a\\040b\\011c") == b"/mnt/a b\tc"
-    assert _unescaped(b"/plain\\") == b"/plain\\"
+    assert fsview._unescaped(b"/mnt/a\\040b\\011c") == b"/mnt/a b\tc"
+    assert fsview._unescaped(b"/plain\\") == b"/plain\\"
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/dev/shm"), reason="makes a mount namespace over /dev/shm")
@@ -379,7 +378,7 @@ def test_on_a_cuda_device_the_real_dev_shm_stays_shared_and_the_attempt_read_onl
     own = attempt / "cand"
     own.mkdir(parents=True)
     (attempt / "inputs").mkdir()
-    view = sandbox.encoded_view(sandbox.candidate_view((own,), sandbox.shared_folders("cuda")))
+    view = fsview.encoded_view(sandbox.candidate_view((own,), sandbox.shared_folders("cuda")))
     assert view[0] == (b"/dev/shm", True)
 
     def checks() -> int:
@@ -412,7 +411,7 @@ def test_code_in_a_scratch_folder_stays_importable_and_read_only(monkeypatch) ->
     own = scratch / "ks-att-mine" / "cand"
     own.mkdir(parents=True)
     monkeypatch.setenv("PYTHONPATH", f"{library}{os.pathsep}{scratch}")
-    view = sandbox.encoded_view(sandbox.candidate_view((own,)))
+    view = fsview.encoded_view(sandbox.candidate_view((own,)))
     assert (str(library).encode(), False) in view and not any(p == str(scratch).encode() for p, _ in view)
 
     def checks() -> int:

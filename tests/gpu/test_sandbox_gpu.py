@@ -28,12 +28,12 @@ pytestmark = [pytest.mark.gpu,
 PROBE = """
 import ctypes, os, sys
 from pathlib import Path
-from services.evaluator import sandbox
+from services.evaluator import fsview, sandbox
 lib = ctypes.CDLL(None, use_errno=True)
 own = Path(sys.argv[1])
 os.chdir(own)
-view = sandbox.encoded_view(sandbox.candidate_view((own,), sandbox.shared_folders("cuda")))
-if not sandbox._private_view(view, lib):
+view = fsview.encoded_view(sandbox.candidate_view((own,), sandbox.shared_folders("cuda")))
+if not fsview.private_view(view, lib):
     sys.exit(90)
 if not os.statvfs("/proc/sys").f_flag & os.ST_RDONLY:
     sys.exit(91)
