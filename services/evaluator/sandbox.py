@@ -15,12 +15,12 @@ empty ones of its own, so that it sees no other attempt's or spare's folder and 
 outside its own (on a CUDA device it keeps the real /dev/shm, writable, and the entries of processes
 in /proc: `SHARED_ON_CUDA`); then the identity of `nobody`, so that it can read neither the
 evaluator's environment (/proc/<pid>/environ) nor files it was not given, or, where `nobody` cannot
-run the interpreter (Python under a root-only home), root's uid without any capability. Where the evaluator is not root, the candidate enters a
-user namespace of its own where the machine allows one (keeping its uid): a network namespace, the
-same private view, then no capabilities. The processes that start children (the evaluator, the fork
-server) make themselves not dumpable (`protect_self`), so a candidate of the same user and without
-CAP_SYS_PTRACE cannot read their /proc/<pid>/mem or environ. `isolation()` says what is applied on
-this machine.
+run the interpreter (Python under a root-only home), root's uid without any capability. Where the
+evaluator is not root, the candidate enters a user namespace of its own where the machine allows
+one (keeping its uid): a network namespace, the same private view, then no capabilities. The
+processes that start children (the evaluator, the fork server) make themselves not dumpable
+(`protect_self`), so a candidate of the same user and without CAP_SYS_PTRACE cannot read their
+/proc/<pid>/mem or environ. `isolation()` says what is applied on this machine.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
 # On a CUDA device the candidate keeps the real /dev/shm, writable: its output sets reach the checker
 # through CUDA IPC, which has not yet run with a private /dev/shm (the driver may keep files there).
-# And the entries of processes in /proc stay writable (`_per_process_proc`): CUDA's driver writes to
-# its own at cuInit (a read-only /proc fails it, CUDA error 304, measured on the H200).
+# And the entries of processes in /proc stay writable (`fsview._per_process_proc`): CUDA's driver
+# writes to its own at cuInit (a read-only /proc fails it, CUDA error 304, measured on the H200).
 SHARED_ON_CUDA = ("/dev/shm", "/proc")
 # Folders (separated by ':') an isolated candidate may write besides its own: for tests that need a
 # way out of the attempt (the hack suite's drop folder), never set in a deployment.
@@ -117,12 +117,12 @@ def isolation() -> dict[str, bool]:
 
 def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = ()) -> tuple[tuple[str, bool], ...]:
     """What an isolated child sees of the scratch folders, as (folder, writable) pairs
-    (`fsview.private_view`, which binds them back in this order): `shared` (real scratch mounts it keeps
-    as they are, writable, and /proc's entries of processes: `SHARED_ON_CUDA`), its code where that
-    lies in /tmp or /dev/shm (`_code_in_scratch`) and the folder holding its `own` (its attempt's:
-    inputs, solution) read-only, its own (its home, its output folder) and those of `WRITABLE_ENV`
-    writable; all else read-only, and /tmp and /dev/shm empty folders of its own (where not
-    `shared`). Empty where this evaluator cannot confine its children's writes (neither root nor
+    (`fsview.private_view`, which binds them back in this order): `shared` (real scratch mounts it
+    keeps as they are, writable, and /proc's entries of processes: `SHARED_ON_CUDA`), its code where
+    that lies in /tmp or /dev/shm (`_code_in_scratch`) and the folder holding its `own` (its
+    attempt's: inputs, solution) read-only, its own (its home, its output folder) and those of
+    `WRITABLE_ENV` writable; all else read-only, and /tmp and /dev/shm empty folders of its own
+    (where not `shared`). Empty where this evaluator cannot confine its children's writes (neither root nor
     allowed a user namespace)."""
     if os.geteuid() != 0 and not _can_shield("user_namespace"):
         return ()
@@ -414,29 +414,32 @@ def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view:
 
 def _join_cgroup(procs: bytes) -> None:
     """This process (and all it starts) into its memory cgroup (`memcap`), by its `cgroup.procs`."""
-    try:
-        fd = os.open(procs, os.O_WRONLY)
-        try:
-            os.write(fd, b"0")
-        finally:
-            os.close(fd)
-    except OSError:
+    if not _write(procs, b"0"):
         os.write(2, b"kernelswarm sandbox: its memory cgroup could not be joined; host memory stays unbounded\n")
 
 
 def _first_for_the_oom_killer() -> None:
     """The kernel's OOM killer takes this process (and what it starts) before any other: on a GPU
-    device its host memory has no bound of its own (`memory_limit`), and a machine out of memory
-    must lose the candidate, not the evaluator or a service beside it. Raising one's own score
-    needs no privilege; before the private view, which makes /proc read-only."""
+    device its host memory is bounded only where the evaluator can make a cgroup (`memcap`; no
+    `memory_limit` there), and a machine out of memory must lose the candidate, not the evaluator or
+    a service beside it. Raising one's own score needs no privilege; before the private view, which
+    makes /proc read-only."""
+    if not _write(b"/proc/self/oom_score_adj", b"%d" % OOM_SCORE_ADJ):
+        os.write(2, b"kernelswarm sandbox: the OOM killer's score could not be raised\n")
+
+
+def _write(path: bytes, data: bytes) -> bool:
+    """`data` written to the file at `path` (a kernel interface: one write, no buffering, no
+    imports: it runs between fork and exec); False where it could not be."""
     try:
-        fd = os.open(b"/proc/self/oom_score_adj", os.O_WRONLY)
+        fd = os.open(path, os.O_WRONLY)
         try:
-            os.write(fd, b"%d" % OOM_SCORE_ADJ)
+            os.write(fd, data)
         finally:
             os.close(fd)
     except OSError:
-        os.write(2, b"kernelswarm sandbox: the OOM killer's score could not be raised\n")
+        return False
+    return True
 
 
 def _enter_user_namespace(lib: ctypes.CDLL) -> bool:
@@ -450,17 +453,9 @@ def _enter_user_namespace(lib: ctypes.CDLL) -> bool:
     lib.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
     if lib.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
         return False
-    for name, text in ((b"/proc/self/setgroups", b"deny"), (b"/proc/self/uid_map", b"%d %d 1" % (uid, uid)),
-                       (b"/proc/self/gid_map", b"%d %d 1" % (gid, gid))):
-        try:
-            fd = os.open(name, os.O_WRONLY)
-            try:
-                os.write(fd, text)
-            finally:
-                os.close(fd)
-        except OSError:
-            return False
-    return True
+    return all(_write(name, text) for name, text in (
+        (b"/proc/self/setgroups", b"deny"), (b"/proc/self/uid_map", b"%d %d 1" % (uid, uid)),
+        (b"/proc/self/gid_map", b"%d %d 1" % (gid, gid))))
 
 
 def _drop_capabilities(lib: ctypes.CDLL) -> bool:
