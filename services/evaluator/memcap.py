@@ -5,7 +5,11 @@ beyond the host's memory, so there only a cgroup can bound what a candidate hold
 evaluator may make one (root, with the memory controller in cgroup v2's unified hierarchy, enabled
 below its own cgroup or enabled there by it, or in v1's memory hierarchy), every isolated child
 gets a cgroup of its own beside the evaluator's processes: a memory bound, no swap beyond it, and
-on v2 the whole group killed together. The child moves itself in between fork and exec
+on v2 the whole group killed together. Where v2 forbids it below the evaluator's own cgroup (a
+cgroup with processes of its own cannot hand controllers to children unless it is the root, as in
+a container whose processes share one leaf), the child's cgroup is made below the nearest ancestor
+that already hands the memory controller down, and its bound is also kept under every `memory.max`
+it leaves behind on the way, so it gets no more than the evaluator's own cgroup allows. The child moves itself in between fork and exec
 (`sandbox._confine` writes `cgroup.procs`), before it gives up its privileges. Its kills by the
 kernel's OOM killer are counted in the cgroup, read back (`Cgroup.oom_killed`) before the cgroup is
 removed, and whatever is still in it is killed first, a daemon that left the child's process
@@ -22,14 +26,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-PREFIX = "ks-cand-"  # then the evaluator's pid and a counter: ks-cand-<pid>-<n>
+PREFIX = "ks-cand-"  # then the evaluator's pid namespace, its pid and a counter: ks-cand-<ns>-<pid>-<n>
 _COUNTER = itertools.count()
 
 
 @dataclass(frozen=True)
 class Hierarchy:
     version: int  # 1 or 2
-    base: Path  # the evaluator's own cgroup, where the children's are made
+    base: Path  # where the children's cgroups are made: the evaluator's own cgroup or an ancestor
+    ceiling: int | None = None  # the lowest `memory.max` between the evaluator's cgroup and `base`
 
     def limit_files(self) -> tuple[str, ...]:
         return ("memory.max", "memory.swap.max") if self.version == 2 else \
@@ -104,7 +109,9 @@ def new(limit_bytes: int) -> Cgroup | None:
     hierarchy = find()
     if hierarchy is None:
         return None
-    path = hierarchy.base / f"{PREFIX}{os.getpid()}-{next(_COUNTER)}"
+    if hierarchy.ceiling is not None:
+        limit_bytes = min(limit_bytes, hierarchy.ceiling)
+    path = hierarchy.base / f"{PREFIX}{_pid_namespace()}-{os.getpid()}-{next(_COUNTER)}"
     try:
         path.mkdir()
     except OSError:
@@ -136,9 +143,7 @@ def find() -> Hierarchy | None:
     own = _own_cgroups()
     found = None
     if "2" in mounts and "" in own:
-        base = mounts["2"] / own[""].lstrip("/")
-        if _memory_for_children(base):
-            found = Hierarchy(2, base)
+        found = _unified(mounts["2"], mounts["2"] / own[""].lstrip("/"))
     if found is None and "memory" in mounts and "memory" in own:
         base = mounts["memory"] / own["memory"].lstrip("/")
         if (base / "memory.limit_in_bytes").exists() and os.access(base, os.W_OK):
@@ -149,17 +154,67 @@ def find() -> Hierarchy | None:
 
 
 def sweep(base: Path) -> None:
-    """Remove the empty cgroups that evaluators which are gone left here (killed before cleaning up)."""
-    for path in base.glob(f"{PREFIX}*"):
-        pid = path.name[len(PREFIX):].split("-")[0]
+    """Remove the cgroups that evaluators which are gone left here (killed before cleaning up): only
+    those of this pid namespace, whose pids this evaluator can tell alive or dead; an evaluator in
+    another container may share an ancestor."""
+    for path in base.glob(f"{PREFIX}{_pid_namespace()}-*"):
+        pid = path.name[len(PREFIX):].split("-")[1]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             Cgroup(path, 0, 0).remove(0)
 
 
-def _memory_for_children(base: Path) -> bool:
+def _unified(mount: Path, own: Path) -> Hierarchy | None:
+    """In v2: below the evaluator's own cgroup where it hands (or can be made to hand) the memory
+    controller to children; else below the nearest ancestor within the mount that already does, its
+    children's bound kept under the `memory.max` of each cgroup in between."""
+    if not own.is_dir() or not own.is_relative_to(mount):
+        return None
+    if _memory_for_children(own):
+        return Hierarchy(2, own)
+    ceiling = None
+    below = own
+    while below != mount:
+        ceiling = _lower(ceiling, _memory_max(below))
+        parent = below.parent
+        if _hands_down_memory(parent) and os.access(parent, os.W_OK):
+            return Hierarchy(2, parent, ceiling)
+        below = parent
+    return None
+
+
+def _hands_down_memory(path: Path) -> bool:
     try:
-        if "memory" in (base / "cgroup.subtree_control").read_text().split():
-            return True
+        return "memory" in (path / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return False
+
+
+def _memory_max(path: Path) -> int | None:
+    try:
+        value = (path / "memory.max").read_text().strip()
+    except OSError:
+        return None
+    return int(value) if value.isdigit() else None
+
+
+def _lower(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+@functools.cache
+def _pid_namespace() -> str:
+    """This process's pid namespace's inode: evaluators of different containers may share an ancestor
+    cgroup, and only pids of one's own namespace can be told alive or dead."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
+
+
+def _memory_for_children(base: Path) -> bool:
+    if _hands_down_memory(base):
+        return True
+    try:
         if "memory" not in (base / "cgroup.controllers").read_text().split():
             return False
         (base / "cgroup.subtree_control").write_text("+memory")  # refused where processes live below a

@@ -14,7 +14,7 @@ import pytest
 
 from services.evaluator import memcap
 
-pytestmark = pytest.mark.skipif(memcap.find() is None, reason="no memory cgroup this evaluator may make here")
+needs_cgroup = pytest.mark.skipif(memcap.find() is None, reason="no memory cgroup this evaluator may make here")
 
 BOUND = 512 << 20
 # Touches `sys.argv[1]` MiB one page at a time, then says how far it got.
@@ -40,12 +40,14 @@ def _run(tmp_path: Path, mib: int):
     return child, run
 
 
+@needs_cgroup
 def test_an_isolated_child_over_its_host_memory_bound_is_killed_and_says_so(tmp_path: Path) -> None:
     child, run = _run(tmp_path, 4 * (BOUND >> 20))
     assert run.exit_code == -9 and run.memory_exceeded_bytes == BOUND, (run.exit_code, run.log)
     assert not child.cgroup.path.exists()  # removed once the child is gone
 
 
+@needs_cgroup
 def test_an_isolated_child_under_its_bound_runs_and_its_cgroup_goes(tmp_path: Path) -> None:
     child, run = _run(tmp_path, (BOUND >> 20) // 4)
     assert run.exit_code == 0 and run.memory_exceeded_bytes is None, run.log
@@ -53,6 +55,7 @@ def test_an_isolated_child_under_its_bound_runs_and_its_cgroup_goes(tmp_path: Pa
     assert not child.cgroup.path.exists()
 
 
+@needs_cgroup
 def test_a_candidate_over_its_bound_is_a_runtime_error_naming_it(affine, monkeypatch) -> None:
     """End to end, through the fork server: the candidate's message names the bound, and the next
     attempt passes. Its address space unbounded, as on a GPU device (`sandbox.memory_limit`)."""
@@ -74,12 +77,20 @@ def test_a_candidate_over_its_bound_is_a_runtime_error_naming_it(affine, monkeyp
     assert evaluate(affine, honest, FAST).status is Status.PASSED
 
 
+@needs_cgroup
 def test_stale_cgroups_of_a_dead_evaluator_are_swept() -> None:
     base = memcap.find().base
-    stale = base / f"{memcap.PREFIX}{_dead_pid()}-0"
+    stale = base / f"{memcap.PREFIX}{memcap._pid_namespace()}-{_dead_pid()}-0"
+    # Another container's evaluator may share `base`: its pids mean nothing in this namespace.
+    foreign = base / f"{memcap.PREFIX}1{memcap._pid_namespace()}-{_dead_pid()}-0"
     stale.mkdir()
-    memcap.sweep(base)
-    assert not stale.exists()
+    foreign.mkdir()
+    try:
+        memcap.sweep(base)
+        assert not stale.exists()
+        assert foreign.exists()
+    finally:
+        foreign.rmdir()
 
 
 def _dead_pid() -> int:
@@ -102,6 +113,7 @@ DAEMON = textwrap.dedent("""
 """)
 
 
+@needs_cgroup
 def test_a_daemon_that_left_the_process_group_dies_with_the_cgroup(tmp_path: Path) -> None:
     from services.evaluator.sandbox import finish_child, start_child
 
@@ -123,3 +135,49 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"  # a zombie waits for its reaper only
+
+
+def _fake_cgroup(path: Path, hands_down: str = "", memory_max: str = "max") -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "cgroup.subtree_control").write_text(hands_down + "\n")
+    (path / "cgroup.controllers").write_text("cpu memory pids\n")
+    (path / "memory.max").write_text(memory_max + "\n")
+    return path
+
+
+def test_v2_uses_the_evaluators_own_cgroup_where_it_hands_down_memory(tmp_path: Path) -> None:
+    mount = _fake_cgroup(tmp_path, "cpu memory")
+    own = _fake_cgroup(mount / "box" / "leaf", "memory", "1073741824")
+    _fake_cgroup(mount / "box", "memory")
+    assert memcap._unified(mount, own) == memcap.Hierarchy(2, own)
+
+
+def test_v2_falls_back_to_the_nearest_ancestor_that_hands_down_memory_under_the_limits_left_behind(
+        tmp_path: Path, monkeypatch) -> None:
+    """A container whose processes share one leaf (the H200 machine: /process_api/<id>): v2 lets no
+    cgroup with processes of its own enable a controller for children, so the children's cgroups go
+    below an ancestor, kept under the `memory.max` of every cgroup they leave behind."""
+    monkeypatch.setattr(memcap, "_memory_for_children", lambda base: False)  # refused: processes live there
+    mount = _fake_cgroup(tmp_path, "cpu memory")
+    _fake_cgroup(mount / "api", "", "8589934592")  # does not hand memory down
+    _fake_cgroup(mount / "api" / "task", "", "max")
+    own = _fake_cgroup(mount / "api" / "task" / "leaf", "", "2147483648")
+    assert memcap._unified(mount, own) == memcap.Hierarchy(2, mount, 2147483648)
+    (mount / "api" / "cgroup.subtree_control").write_text("memory\n")
+    assert memcap._unified(mount, own) == memcap.Hierarchy(2, mount / "api", 2147483648)
+    (mount / "api" / "task" / "cgroup.subtree_control").write_text("memory\n")
+    (mount / "api" / "task" / "leaf" / "memory.max").write_text("max\n")
+    assert memcap._unified(mount, own) == memcap.Hierarchy(2, mount / "api" / "task", None)
+    (mount / "cgroup.subtree_control").write_text("cpu\n")
+    for path in (mount / "api", mount / "api" / "task"):
+        (path / "cgroup.subtree_control").write_text("cpu\n")
+    assert memcap._unified(mount, own) is None  # nowhere the memory controller reaches
+
+
+def test_a_childs_bound_stays_under_the_ceiling_it_left_behind(tmp_path: Path, monkeypatch) -> None:
+    base = _fake_cgroup(tmp_path / "base", "memory")
+    monkeypatch.setattr(memcap, "find", lambda: memcap.Hierarchy(2, base, 1 << 30))
+    group = memcap.new(4 << 30)
+    assert group is not None and group.limit_bytes == 1 << 30
+    assert (group.path / "memory.max").read_text() == str(1 << 30)
+    assert group.path.name.startswith(f"{memcap.PREFIX}{memcap._pid_namespace()}-{os.getpid()}-")

@@ -22,6 +22,8 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
+from test_cuda_language import config, problem  # noqa: E402,F401 - shared fixtures
+
 # In a new interpreter (CUDA must not have been initialised before the view is taken, and this
 # test's own process has): take the candidate's view, its identity, then cuInit. Exit codes: the
 # CUDA error, 90 where no view could be taken, 91 where /proc's other entries stayed writable.
@@ -64,3 +66,37 @@ def test_cuda_initialises_in_the_candidates_view() -> None:
     shutil.rmtree(scratch)
     assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
     assert wrote
+
+
+HOG = """
+import mmap
+
+import torch
+
+
+def run(x, w, y):
+    block = mmap.mmap(-1, 8 << 30)
+    for offset in range(0, 8 << 30, 4096):
+        block[offset] = 1
+    torch.mul(x, w, out=y)
+"""
+
+
+def test_a_gpu_candidate_over_its_host_memory_bound_is_stopped_and_the_next_passes(problem, config, monkeypatch):
+    """On a GPU no address-space limit applies (the driver reserves far more than the host has):
+    only the candidate's memory cgroup (`memcap`) bounds its host memory. On the H200 machine the
+    evaluator's own cgroup is a leaf with processes in it, so the cgroups are made below an ancestor."""
+    from services.evaluator import memcap, sandbox
+    from services.evaluator.evaluate import evaluate
+    from shared.schema import Status
+    from test_gpu_hacks import pytorch_solution
+
+    if not sandbox.isolation()["host_memory_cgroup"]:
+        pytest.skip("no memory cgroup this evaluator may make here")
+    monkeypatch.setattr(memcap, "bound_bytes", lambda: 3 << 30)
+    hog = evaluate(problem, pytorch_solution("host_hog", HOG), config)
+    assert hog.status is Status.RUNTIME_ERROR, hog.message
+    assert "host-memory bound of 3.0 GiB" in hog.message, hog.message
+    honest = evaluate(problem, pytorch_solution("honest", "import torch\n\n\ndef run(x, w, y):\n"
+                                                          "    torch.mul(x, w, out=y)\n"), config)
+    assert honest.status is Status.PASSED, honest.message
