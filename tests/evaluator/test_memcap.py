@@ -6,7 +6,9 @@ skipped, with the reason, elsewhere."""
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -114,17 +116,27 @@ DAEMON = textwrap.dedent("""
 
 
 @needs_cgroup
-def test_a_daemon_that_left_the_process_group_dies_with_the_cgroup(tmp_path: Path) -> None:
+def test_a_daemon_that_left_the_process_group_dies_with_the_cgroup() -> None:
     from services.evaluator.sandbox import finish_child, start_child
 
-    pid_file = tmp_path / "daemon.pid"
-    tmp_path.chmod(0o777)  # whoever the child runs as
-    child = start_child(["-c", DAEMON, str(pid_file)], tmp_path, tmp_path / "child.log", isolate=True,
-                        host_memory_bytes=BOUND, own_folders=(tmp_path,))
-    run = finish_child(child, "", 60)
-    child.channel.close()
+    # Where `nobody` (the candidate on a root evaluator) may reach it: pytest's own folders are root's, 0700.
+    outer = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    outer.chmod(0o755)
+    home = outer / "home"
+    home.mkdir(mode=0o777)
+    home.chmod(0o777)
+    pid_file = home / "daemon.pid"
+    try:
+        child = start_child(["-c", DAEMON, str(pid_file)], home, home / "child.log", isolate=True,
+                            host_memory_bytes=BOUND, own_folders=(home,))
+        run = finish_child(child, "", 60)
+        child.channel.close()
+        written = pid_file.read_text() if pid_file.exists() else None
+    finally:
+        shutil.rmtree(outer)
+    assert written, f"the daemon wrote no pid: {run.log}"
     assert run.exit_code == 0, run.log
-    pid = int(pid_file.read_text())
+    pid = int(written)
     assert not _alive(pid), f"the daemon {pid} outlived its cgroup"
     assert not child.cgroup.path.exists()
 
