@@ -30,8 +30,8 @@ VARIANTS = {
     "namespace": "a mount namespace, nothing changed",
     "read_only_root": "every mount read-only, /proc too (the view at 9834229)",
     "read_only_but_proc": "every mount read-only but /proc",
-    "cuda_view": "the CUDA view (SHARED_ON_CUDA: real /dev/shm, /proc's process entries writable)",
-    "cuda_view_private_shm": "the CUDA view with a private /dev/shm",
+    "cuda_view": "the CUDA view (SHARED_ON_CUDA: /proc's process entries writable, /dev/shm private)",
+    "cuda_view_real_shm": "the CUDA view with the real /dev/shm (the view before 2026-12-04)",
     "cuda_view_nobody": "the CUDA view, then `nobody` (as a candidate on a root evaluator)",
     "cpu_view": "the CPU view (/proc wholly read-only)",
 }
@@ -56,8 +56,8 @@ def _take(variant: str, own: Path) -> bool:
     if variant == "read_only_but_proc":
         return (namespace() and fsview._set_read_only(b"/", True, lib)
                 and fsview._set_read_only(fsview.PROC, False, lib))
-    if variant == "cuda_view_private_shm":
-        return view(tuple(p for p in sandbox.shared_folders("cuda") if p != "/dev/shm"))
+    if variant == "cuda_view_real_shm":
+        return view(("/dev/shm", *sandbox.shared_folders("cuda")))
     if variant == "cpu_view":
         return view(sandbox.shared_folders("cpu"))
     taken = view(sandbox.shared_folders("cuda"))

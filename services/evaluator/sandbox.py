@@ -12,8 +12,8 @@ runs as root: a network namespace of its own (no interface but a downed loopback
 view of the file systems (`candidate_view`, `fsview.private_view`): every mount read-only but its own
 folders (its home and its output folder), its attempt's folder visible read-only, /tmp and /dev/shm
 empty ones of its own, so that it sees no other attempt's or spare's folder and can write no file
-outside its own (on a CUDA device it keeps the real /dev/shm, writable, and the entries of processes
-in /proc: `SHARED_ON_CUDA`); then the identity of `nobody`, so that it can read neither the
+outside its own (on a CUDA device the entries of processes in /proc stay writable:
+`SHARED_ON_CUDA`); then the identity of `nobody`, so that it can read neither the
 evaluator's environment (/proc/<pid>/environ) nor files it was not given, or, where `nobody` cannot
 run the interpreter (Python under a root-only home), root's uid without any capability. Where the
 evaluator is not root, the candidate enters a user namespace of its own where the machine allows
@@ -55,11 +55,12 @@ PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM
 LOG_TAIL_CHARS = 8000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
-# On a CUDA device the candidate keeps the real /dev/shm, writable: its output sets reach the checker
-# through CUDA IPC, which has not yet run with a private /dev/shm (the driver may keep files there).
-# And the entries of processes in /proc stay writable (`fsview._per_process_proc`): CUDA's driver
-# writes to its own at cuInit (a read-only /proc fails it, CUDA error 304, measured on the H200).
-SHARED_ON_CUDA = ("/dev/shm", "/proc")
+# On a CUDA device the entries of processes in /proc stay writable (`fsview._per_process_proc`):
+# CUDA's driver writes to its own at cuInit (a read-only /proc fails it, CUDA error 304, measured on
+# the H200: bench/sandbox_cuda_probe.py). Its /dev/shm is private as on a CPU (the output sets' CUDA
+# IPC to the checker needs no file there, measured on the H200), so nothing it leaves there
+# outlives the attempt.
+SHARED_ON_CUDA = ("/proc",)
 # Folders (separated by ':') an isolated candidate may write besides its own: for tests that need a
 # way out of the attempt (the hack suite's drop folder), never set in a deployment.
 WRITABLE_ENV = "KERNELSWARM_SANDBOX_WRITABLE"
@@ -117,8 +118,9 @@ def isolation() -> dict[str, bool]:
 
 def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = ()) -> tuple[tuple[str, bool], ...]:
     """What an isolated child sees of the scratch folders, as (folder, writable) pairs
-    (`fsview.private_view`, which binds them back in this order): `shared` (real scratch mounts it
-    keeps as they are, writable, and /proc's entries of processes: `SHARED_ON_CUDA`), its code where
+    (`fsview.private_view`, which binds them back in this order): `shared` (on a CUDA device /proc's
+    entries of processes: `SHARED_ON_CUDA`; a scratch mount named there would stay the real one,
+    writable), its code where
     that lies in /tmp or /dev/shm (`_code_in_scratch`) and the folder holding its `own` (its
     attempt's: inputs, solution) read-only, its own (its home, its output folder) and those of
     `WRITABLE_ENV` writable; all else read-only, and /tmp and /dev/shm empty folders of its own
@@ -149,7 +151,8 @@ def _code_in_scratch(own_paths: list[str]) -> list[str]:
 
 
 def shared_folders(device: str) -> tuple[str, ...]:
-    """The real folders a candidate on `device` keeps in its view, writable (`candidate_view`)."""
+    """The real folders a candidate on `device` keeps in its view, writable (`candidate_view`): on a
+    CUDA device /proc, of which only the entries of processes stay writable."""
     return SHARED_ON_CUDA if device.startswith("cuda") else ()
 
 

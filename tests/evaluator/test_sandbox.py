@@ -364,36 +364,38 @@ def test_mountinfo_paths_are_unescaped() -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not os.path.isdir("/dev/shm"), reason="makes a mount namespace over /dev/shm")
-def test_on_a_cuda_device_the_real_dev_shm_stays_shared_and_the_attempt_read_only() -> None:
-    """`shared_folders("cuda")`: the candidate keeps the real /dev/shm, writable (CUDA IPC with the
-    checker has not run with a private one), but its attempt's folder there stays read-only and
-    /tmp stays its own."""
+def test_on_a_cuda_device_proc_entries_of_processes_stay_writable_and_dev_shm_private() -> None:
+    """`shared_folders("cuda")`: /proc's entries of processes stay writable (CUDA's driver writes to
+    its own at cuInit), the rest of /proc does not; /dev/shm and /tmp are its own as on a CPU (a
+    file left in the real /dev/shm would outlive the attempt, in memory, outside its cgroup's
+    reach), and its attempt's folder stays read-only."""
     from services.evaluator import sandbox
 
     if not sandbox.isolation()["read_only_root"]:
         pytest.skip("no mount namespace here")
-    assert sandbox.shared_folders("cuda:0") == ("/dev/shm", "/proc") and sandbox.shared_folders("cpu") == ()
+    assert sandbox.shared_folders("cuda:0") == ("/proc",) and sandbox.shared_folders("cpu") == ()
     scratch = Path(tempfile.mkdtemp(dir="/dev/shm"))
+    scratch.chmod(0o755)  # reachable by `nobody`, as an attempt's scratch is
     attempt = scratch / "ks-att-mine"
     own = attempt / "cand"
     own.mkdir(parents=True)
     (attempt / "inputs").mkdir()
     view = fsview.encoded_view(sandbox.candidate_view((own,), sandbox.shared_folders("cuda")))
-    assert view[0] == (b"/dev/shm", True)
+    assert view[0] == (b"/proc", True)
 
     def checks() -> int:
-        (scratch / "beside").write_text("x")  # the real /dev/shm: shared, writable
+        Path("/dev/shm/private-cuda").write_text("x")  # its own /dev/shm, gone with its namespace
         Path("/tmp/private-cuda").write_text("x")
         Path("/proc/self/comm").write_text("candidate")  # its own entries in /proc: writable
         failed = 0 if _refused(attempt / "inputs" / "planted") else 1
         return failed | (0 if _proc_read_only_but_processes() else 2)
 
     outcome = _in_private_view(own, view, checks)
-    seen = [(own / "mine").exists(), (scratch / "beside").exists(), Path("/tmp/private-cuda").exists()]
+    seen = [(own / "mine").exists(), Path("/dev/shm/private-cuda").exists(), Path("/tmp/private-cuda").exists()]
     shutil.rmtree(scratch)
     assert outcome == 0, {1: "its attempt's folder writable", 2: "/proc's other entries writable",
                           90: "no private view"}.get(outcome, outcome)
-    assert seen == [True, True, False]
+    assert seen == [True, False, False]
 
 
 def test_code_in_a_scratch_folder_stays_importable_and_read_only(monkeypatch) -> None:
