@@ -35,6 +35,8 @@ from shared.schema import Solution, load_problem
 # name -> (reference body, shape axes, dtype, solution body)
 KERNELS = {
     "add_64k": ("return x + y", {"m": 256, "n": 256}, "float32", "torch.add(x, y, out=out)"),
+    "add_1m": ("return x + y", {"m": 1024, "n": 1024}, "float32", "torch.add(x, y, out=out)"),
+    "add_4m": ("return x + y", {"m": 2048, "n": 2048}, "float32", "torch.add(x, y, out=out)"),
     "add_16m": ("return x + y", {"m": 4096, "n": 4096}, "float32", "torch.add(x, y, out=out)"),
     "gemm_2k_bf16": ("return x @ y", {"m": 2048, "n": 2048}, "bfloat16", "torch.matmul(x, y, out=out)"),
     "gemm_4k_bf16": ("return x @ y", {"m": 4096, "n": 4096}, "bfloat16", "torch.matmul(x, y, out=out)"),
