@@ -35,7 +35,7 @@ from services.evaluator.nvcc import BuildCache, arch_for
 from services.evaluator.outer_clock import timed_hand_over
 from services.evaluator.sandbox import StartedChild, memory_limit, shared_folders, start_child
 from services.evaluator.spares import HOMES, OUTPUTS, SPARE_READY_S, Spare, Spares, discard
-from services.evaluator.score import count_ahead, hardware_for, score_workload
+from services.evaluator.score import below_the_host_clock, count_ahead, hardware_for, score_workload
 from services.evaluator.scratch import make_folder, sweep_folders
 from shared.hardware import HardwareSpec, cpu_name
 from shared.schema import (
@@ -83,6 +83,9 @@ class EvalConfig:
     # On a GPU with the outer clock on: the candidate's output sets go to the checker in GPU memory
     # (CUDA IPC, `gpu_handover`) instead of files. Off: files, as on a CPU.
     gpu_handover: bool = True
+    # On a device timed by the host's clock (the CPU), where no physical floor applies: a median
+    # below half the shortest call that clock can time here is REWARD_HACK (`score.below_the_host_clock`).
+    host_clock_floor: bool = True
 
     @property
     def regenerates_inputs(self) -> bool:
@@ -305,6 +308,11 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
         check = _verdict(index, timed_runs(result, ref_results[index]["timed_sets"]), verdicts, checker,
                          dirs["outputs"], clock)
         latency, eager = result["latency"]["median_ms"], ref_results[index]["latency"]["median_ms"]
+        frozen = below_the_host_clock(config.device, latency) \
+            if config.host_clock_floor and check.status is Status.PASSED else None
+        if frozen:
+            outcomes[index] = _Outcome(Status.REWARD_HACK, frozen, check)
+            continue
         verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, latency, eager,
                                  known_compile.get(workloads[index].uuid)) if check.status is Status.PASSED else None
         if verdict is not None and verdict.hack:

@@ -4,7 +4,9 @@ once and cached), S = 1/(1 + (T_k − T_sol)/(T_b − T_sol)). A time below the 
 floor is `REWARD_HACK`, never a record.
 
 On a device without a hardware row (the CPU, an unknown GPU) there is no T_sol: traces carry no SOL
-block and no floor applies.
+block and no physical floor applies. On a device timed by the host's clock (the CPU) one floor
+still does: a median below half the shortest call that clock can time here (`below_the_host_clock`)
+is a frozen or forged timer, not a measurement.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.evaluator.timing import host_clock_floor_ms
 from shared.hardware import HardwareSpec, UnknownHardwareError, lookup
 from shared.schema import Definition, SolScore, Workload
 from shared.sol import SolCountError, baseline_ms, count_work, estimate, hack_floor_ms, sol_score
@@ -91,3 +94,23 @@ def score_workload(definition: Definition, workload: Workload, problem_root: Pat
     datasheet = estimate(work, hardware, use_measured=False).t_sol_ms if hardware.calibrated else None
     return Verdict(SolScore(t_sol_ms=sol.t_sol_ms, t_baseline_ms=t_b, score=score.display, bound=sol.bound.value,
                             hardware=hardware.name, t_sol_datasheet_ms=datasheet), None)
+
+
+HOST_FLOOR_FRACTION = 0.5  # margin for two processes' clock speeds; an honest run is far above it
+
+
+def below_the_host_clock(device: str, latency_ms: float) -> str | None:
+    """On a device whose runs the host's clock times (not CUDA: there the SOL floor and CUPTI's own
+    clock apply), why `latency_ms` cannot be a measurement, or None. Every honest run brackets at
+    least an empty call between two readings of that clock, so a median below half the fastest
+    such bracket (timed in this, the evaluator's, process: `timing.host_clock_floor_ms`) comes
+    from a timer frozen or rewritten in the candidate's process, or from forged figures. A liar
+    that reports a plausible time for a short kernel stays above it (docs/results/hardening.md)."""
+    if device.startswith("cuda"):
+        return None
+    shortest = host_clock_floor_ms()
+    if latency_ms >= HOST_FLOOR_FRACTION * shortest:
+        return None
+    return (f"median latency {latency_ms:.6g} ms is below half of the shortest call this machine's clock can time "
+            f"({shortest:.6g} ms between two readings around an empty call, timed by the evaluator): the "
+            f"measurement cannot be real (a frozen or rewritten timer, or forged results)")

@@ -18,6 +18,7 @@ is on, the child asks for its timed batch there (`outer_clock`), and the timed s
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -148,6 +149,26 @@ def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPl
         if len(gpu.samples) >= MIN_RUNS and time.perf_counter() - started > plan.budget_s:
             break
     return gpu.latency()
+
+
+HOST_FLOOR_CALLS = 2000
+
+
+@functools.cache
+def host_clock_floor_ms() -> float:
+    """The shortest time the host's clock reads around a call that does nothing, as `_time_on_host`
+    brackets a run: the fastest of `HOST_FLOOR_CALLS` tries (about 0.1 ms in all), once per
+    process. No honest run can read less (`score.below_the_host_clock`). Taken in the process that
+    judges, never in a candidate's; 0.0 where the clock is too coarse to see the call."""
+    def nothing(i: int) -> None:
+        return None
+
+    fastest = float("inf")
+    for i in range(HOST_FLOOR_CALLS):
+        begin = time.perf_counter()
+        nothing(i)
+        fastest = min(fastest, time.perf_counter() - begin)
+    return fastest * 1e3
 
 
 def _time_on_host(run: Callable[[int], object], plan: TimingPlan,

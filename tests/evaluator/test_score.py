@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
-from services.evaluator import score
+from services.evaluator import score, timing
 from services.evaluator.evaluate import evaluate
 from shared.hardware import lookup
 from shared.schema import Status
@@ -75,3 +75,24 @@ def test_the_counts_start_with_the_attempt_and_are_kept(problem, monkeypatch):
     assert [t.evaluation.sol is not None for t in result.traces] == [True, False]
     evaluate(problem, make_solution(AFFINE), config)
     assert sorted(counted) == sorted(w.uuid for w in problem.workloads)  # not again
+
+
+def test_a_median_below_what_the_host_clock_can_time_is_a_reward_hack() -> None:
+    shortest = timing.host_clock_floor_ms()
+    assert 0.0 < shortest < 0.1  # an empty call between two readings: tens of nanoseconds to a microsecond
+    frozen = score.below_the_host_clock("cpu", 1e-9)
+    assert frozen is not None and "cannot be real" in frozen
+    assert score.below_the_host_clock("cpu", 0.0) is not None
+    assert score.below_the_host_clock("cpu", score.HOST_FLOOR_FRACTION * shortest) is None
+    assert score.below_the_host_clock("cuda:0", 0.0) is None  # there: the SOL floor and CUPTI's clock
+
+
+def test_the_least_an_honest_run_can_do_stays_above_the_host_clock_floor() -> None:
+    """No false positive: the timing loop around a run that does nothing reads at least the floor."""
+    import torch
+
+    plan = timing.TimingPlan(warmup_runs=3, timing_runs=2000, budget_s=1.0)
+    latency = timing.time_runs(lambda i: None, torch.device("cpu"), plan)
+    assert latency.min_ms >= score.HOST_FLOOR_FRACTION * timing.host_clock_floor_ms(), latency
+    assert score.below_the_host_clock("cpu", latency.median_ms) is None
+

@@ -21,8 +21,9 @@ Not covered here (GPU only, or not yet caught anywhere):
   tests/gpu/test_gpu_hacks.py (all four passed on the H200, 2026-12-03);
 - results forged at import, and a native timer hijack through ctypes (the C function behind
   time.perf_counter rewritten), are caught by the evaluator's outer clock (OUTER_CLOCK below, and
-  REOPENED: they pass with it off) only where the time they hide exceeds its slack: for a kernel of
-  microseconds they still pass (xfail below);
+  REOPENED: they pass with it off) only where the time they hide exceeds its slack; for a kernel of
+  microseconds, by the host clock's floor where the time they report is below what that clock can
+  time at all (HOST_CLOCK), and not where it is plausible (xfail below);
 - the candidate's process reading the evaluator's memory (/proc/<ppid>/mem) or environment where
   it runs as the evaluator's user: the environment case below; memory is the same hole.
 """
@@ -107,7 +108,7 @@ def _send(channel, **message):
     channel.sendall(json.dumps(message).encode() + b"\\n")
 
 
-def _forge(handshake=False, use_go=False, slow_s=0.0, late=False):
+def _forge(handshake=False, use_go=False, slow_s=0.0, late=False, median_ms=1e-6):
     rounds, results = JOB["correctness_rounds"], []
     channel = socket.socket(fileno=JOB["clock_fd"]) if handshake else None
     for index, workload, timed_sets, seeds in zip(JOB["indices"], JOB["workloads"], JOB["timed_sets"],
@@ -118,14 +119,16 @@ def _forge(handshake=False, use_go=False, slow_s=0.0, late=False):
             _send(channel, op="ready", uuid=workload["uuid"])
             go = json.loads(channel.makefile("rb").readline())
             seeds = [*seeds[:rounds], *go["set_seeds"]] if use_go else seeds[:rounds]
-        end = dict(op="end", uuid=workload["uuid"], runs=timed_sets, total_ms=timed_sets * 1e-6, median_ms=1e-6)
+        end = dict(op="end", uuid=workload["uuid"], runs=timed_sets, total_ms=timed_sets * median_ms, median_ms=median_ms)
         if handshake and late:  # the window closed first, the outputs made after it
             _send(channel, **end)
         for s in range(rounds, rounds + timed_sets):
             _save(index, workload, seeds, s, slow_s)
         if handshake and not late:
             _send(channel, **end)
-        results.append({"uuid": workload["uuid"], "status": "OK", "latency": {**FAKE, "runs": timed_sets}})
+        results.append({"uuid": workload["uuid"], "status": "OK",
+                        "latency": {**FAKE, "median_ms": median_ms, "min_ms": median_ms, "max_ms": median_ms,
+                                    "runs": timed_sets}})
     Path(JOB["result_path"]).write_text(json.dumps({"workloads": results}))
 """
 # Whether 64 bytes of a process's stack can be read through /proc/<pid>/mem (the memory cases).
@@ -948,24 +951,68 @@ OUTER_CLOCK = [
             y.zero_()
         """, caught="after the window"),
 ]
-# With the outer clock off, the first two pass again: it is the outer clock that catches them.
+# With the outer clock off (and the host clock's floor, which their times of 1e-6 ms are below),
+# the first two pass again: it is the outer clock that catches them.
 REOPENED = [dataclasses.replace(c, id=f"{c.id}_without_the_outer_clock", status=Status.PASSED,
-                                config={"outer_clock": False}) for c in OUTER_CLOCK[:2]]
+                                config={"outer_clock": False, "host_clock_floor": False}) for c in OUTER_CLOCK[:2]]
 
-# Holes with no fix yet: each is explained in docs/results/hardening.md, and fails (XPASS,
-# strict) once it closes.
-OPEN_HOLES = {
-    "hijacks_the_clock_for_a_short_kernel": "the outer clock's slack (tens of ms per workload) is larger than "
-                                            "what a kernel of microseconds hides",
-    "fakes_the_clock_handshake_for_a_short_kernel": "the outer clock's slack is larger than the work of a short "
-                                                    "kernel forged around its handshake",
-}
-HOLES = [
-    Case("hijacks_the_clock_for_a_short_kernel", HACK, "    SLOW_S = 0.0\n" + HIJACK),
+# A short kernel's time, frozen or forged, hides less than the outer clock's slack; what it reports
+# (1e-6 ms) is below half of the shortest call the host's clock can time: that floor catches it.
+HOST_CLOCK = [
+    Case("hijacks_the_clock_for_a_short_kernel", HACK, "    SLOW_S = 0.0\n" + HIJACK, caught="shortest call"),
     Case("fakes_the_clock_handshake_for_a_short_kernel", HACK, FORGE + """
         import os
 
         _forge(handshake=True, use_go=True)
+        os._exit(0)
+
+        def run(x, w, b, y):
+            y.zero_()
+        """, caught="shortest call"),
+]
+# With the floor off they pass: it is the floor that catches them.
+FLOOR_OFF = [dataclasses.replace(c, id=f"{c.id}_without_the_host_clock_floor", status=Status.PASSED,
+                                 config={"host_clock_floor": False}) for c in HOST_CLOCK]
+# The host clock's `perf_counter` rewritten to run at half speed: every time it reads is plausible.
+HALF_CLOCK = """
+    import ctypes
+    import time
+
+    CALLS = [0]
+    _NOARGS = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.c_void_p)
+    BASE = [0.0, 0.0]
+
+    @_NOARGS
+    def _half(module, unused):
+        return BASE[0] + (time.monotonic() - BASE[1]) / 2
+
+    def _method_slot(builtin):
+        method_def = ctypes.c_void_p.from_address(id(builtin) + 2 * ctypes.sizeof(ctypes.c_void_p)).value
+        return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p))
+
+    def run(x, w, b, y):
+        CALLS[0] += 1
+        y.copy_(x * w + b)
+        if CALLS[0] == 4:  # from the first timed run on, every reading runs at half speed
+            BASE[:] = [time.perf_counter(), time.monotonic()]
+            _method_slot(time.perf_counter).value = ctypes.cast(_half, ctypes.c_void_p).value
+    """
+
+# Holes with no fix yet: each is explained in docs/results/hardening.md, and fails (XPASS,
+# strict) once it closes.
+OPEN_HOLES = {
+    "halves_the_clock_for_a_short_kernel": "a short kernel's hidden time is below the outer clock's slack, and "
+                                           "what it reports is a plausible time, above every floor",
+    "fakes_a_plausible_time_around_the_clock_handshake": "the outer clock's slack is larger than the work of a "
+                                                         "short kernel, and a made-up time of 2 us is above "
+                                                         "every floor",
+}
+HOLES = [
+    Case("halves_the_clock_for_a_short_kernel", HACK, HALF_CLOCK),
+    Case("fakes_a_plausible_time_around_the_clock_handshake", HACK, FORGE + """
+        import os
+
+        _forge(handshake=True, use_go=True, median_ms=0.002)
         os._exit(0)
 
         def run(x, w, b, y):
@@ -1008,7 +1055,7 @@ VALUE_CACHE = Case("value_cache_gains_nothing_in_timed_runs", Status.PASSED, """
             CACHE[key] = x * w + b
         y.copy_(CACHE[key])
     """)
-EVERY_CASE = [*CASES, *OUTER_CLOCK, *REOPENED, *HOLES, POINTER_CACHE, VALUE_CACHE]
+EVERY_CASE = [*CASES, *OUTER_CLOCK, *HOST_CLOCK, *REOPENED, *FLOOR_OFF, *HOLES, POINTER_CACHE, VALUE_CACHE]
 CASES_BY_ID = {c.id: c for c in EVERY_CASE}
 
 
@@ -1030,13 +1077,18 @@ def _param(case: Case):
     return pytest.param(case, id=case.id, marks=marks)
 
 
-@pytest.mark.parametrize("case", [_param(c) for c in [*CASES, *OUTER_CLOCK]])
+@pytest.mark.parametrize("case", [_param(c) for c in [*CASES, *OUTER_CLOCK, *HOST_CLOCK]])
 def test_hack_is_caught(attempts: Attempts, case: Case) -> None:
     assert_status(attempts[case], case)
 
 
 @pytest.mark.parametrize("case", REOPENED, ids=[c.id for c in REOPENED])
 def test_without_the_outer_clock_the_hole_reopens(attempts: Attempts, case: Case) -> None:
+    assert_status(attempts[case], case)
+
+
+@pytest.mark.parametrize("case", FLOOR_OFF, ids=[c.id for c in FLOOR_OFF])
+def test_without_the_host_clock_floor_the_short_forms_pass(attempts: Attempts, case: Case) -> None:
     assert_status(attempts[case], case)
 
 
