@@ -9,7 +9,10 @@ on v2 the whole group killed together. Where v2 forbids it below the evaluator's
 cgroup with processes of its own cannot hand controllers to children unless it is the root, as in
 a container whose processes share one leaf), the child's cgroup is made below the nearest ancestor
 that already hands the memory controller down, and its bound is also kept under every `memory.max`
-it leaves behind on the way, so it gets no more than the evaluator's own cgroup allows. The child moves itself in between fork and exec
+it leaves behind on the way, so it gets no more than the evaluator's own cgroup allows. There a
+kill of the evaluator's cgroup (a supervisor stopping it) misses the child's: the child dies with
+its parent all the same (its parent-death signal), and what it left is killed by the next
+evaluator's `sweep`. The child moves itself in between fork and exec
 (`sandbox._confine` writes `cgroup.procs`), before it gives up its privileges. Its kills by the
 kernel's OOM killer are counted in the cgroup, read back (`Cgroup.oom_killed`) before the cgroup is
 removed, and whatever is still in it is killed first, a daemon that left the child's process
