@@ -881,22 +881,25 @@ CASES = [
 
 # Cases on the timer that only the evaluator's outer clock catches (services/evaluator/outer_clock.py):
 # the time they hide is real time spent in the window that the evaluator measures on its own clock.
-HIJACK = """
+# The C function behind `time.perf_counter` (its method table's slot) rewritten through ctypes.
+CLOCK_SLOT = """
     import ctypes
     import time
 
     CALLS = [0]
     _NOARGS = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.c_void_p)
+
+    def _method_slot(builtin):
+        method_def = ctypes.c_void_p.from_address(id(builtin) + 2 * ctypes.sizeof(ctypes.c_void_p)).value
+        return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p))
+    """
+HIJACK = CLOCK_SLOT + """
     FROZEN = [time.perf_counter()]
 
     @_NOARGS
     def _frozen(module, unused):
         FROZEN[0] += 1e-9
         return FROZEN[0]
-
-    def _method_slot(builtin):
-        method_def = ctypes.c_void_p.from_address(id(builtin) + 2 * ctypes.sizeof(ctypes.c_void_p)).value
-        return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p))
 
     def run(x, w, b, y):
         CALLS[0] += 1
@@ -974,21 +977,12 @@ HOST_CLOCK = [
 FLOOR_OFF = [dataclasses.replace(c, id=f"{c.id}_without_the_host_clock_floor", status=Status.PASSED,
                                  config={"host_clock_floor": False}) for c in HOST_CLOCK]
 # The host clock's `perf_counter` rewritten to run at half speed: every time it reads is plausible.
-HALF_CLOCK = """
-    import ctypes
-    import time
-
-    CALLS = [0]
-    _NOARGS = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.c_void_p)
+HALF_CLOCK = CLOCK_SLOT + """
     BASE = [0.0, 0.0]
 
     @_NOARGS
     def _half(module, unused):
         return BASE[0] + (time.monotonic() - BASE[1]) / 2
-
-    def _method_slot(builtin):
-        method_def = ctypes.c_void_p.from_address(id(builtin) + 2 * ctypes.sizeof(ctypes.c_void_p)).value
-        return ctypes.c_void_p.from_address(method_def + ctypes.sizeof(ctypes.c_void_p))
 
     def run(x, w, b, y):
         CALLS[0] += 1
