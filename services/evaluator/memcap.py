@@ -12,12 +12,12 @@ that already hands the memory controller down, and its bound is also kept under 
 it leaves behind on the way, so it gets no more than the evaluator's own cgroup allows. There a
 kill of the evaluator's cgroup (a supervisor stopping it) misses the child's: the child dies with
 its parent all the same (its parent-death signal), and what it left is killed by the next
-evaluator's `sweep`. The child moves itself in between fork and exec
-(`sandbox._confine` writes `cgroup.procs`), before it gives up its privileges. Its kills by the
-kernel's OOM killer are counted in the cgroup, read back (`Cgroup.oom_killed`) before the cgroup is
-removed, and whatever is still in it is killed first, a daemon that left the child's process
-group included. Where none can be made (a container without a writable hierarchy, no root), nothing is
-bound but the OOM score (`sandbox._first_for_the_oom_killer`)."""
+evaluator's `sweep`. The child moves itself in between fork and exec (`sandbox._confine` writes
+`cgroup.procs`), before it gives up its privileges. Its kills by the kernel's OOM killer are
+counted in the cgroup, read back (`Cgroup.oom_killed`) before the cgroup is removed, and whatever
+is still in it is killed first, a daemon that left the child's process group included. Where none
+can be made (a container without a writable hierarchy, no root), nothing is bound but the OOM
+score (`sandbox._first_for_the_oom_killer`)."""
 
 from __future__ import annotations
 

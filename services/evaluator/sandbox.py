@@ -120,12 +120,11 @@ def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = ()) -> tuple
     """What an isolated child sees of the scratch folders, as (folder, writable) pairs
     (`fsview.private_view`, which binds them back in this order): `shared` (on a CUDA device /proc's
     entries of processes: `SHARED_ON_CUDA`; a scratch mount named there would stay the real one,
-    writable), its code where
-    that lies in /tmp or /dev/shm (`_code_in_scratch`) and the folder holding its `own` (its
-    attempt's: inputs, solution) read-only, its own (its home, its output folder) and those of
-    `WRITABLE_ENV` writable; all else read-only, and /tmp and /dev/shm empty folders of its own
-    (where not `shared`). Empty where this evaluator cannot confine its children's writes (neither root nor
-    allowed a user namespace)."""
+    writable), its code where that lies in /tmp or /dev/shm (`_code_in_scratch`) and the folder
+    holding its `own` (its attempt's: inputs, solution) read-only, its own (its home, its output
+    folder) and those of `WRITABLE_ENV` writable; all else read-only, and /tmp and /dev/shm empty
+    folders of its own (where not `shared`). Empty where this evaluator cannot confine its
+    children's writes (neither root nor allowed a user namespace)."""
     if os.geteuid() != 0 and not _can_shield("user_namespace"):
         return ()
     own_paths = [os.path.realpath(p) for p in own]
