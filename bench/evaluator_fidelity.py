@@ -73,15 +73,28 @@ NCU_CALLS = 20
 NCU_UNITS = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0, "second": 1e3, "s": 1e3}
 
 
-def make_call(name: str):
-    body, axes, dtype, line = KERNELS[name]
+def make_tensors(name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Kernel `name`'s inputs x and y (random) and its output, on the GPU."""
+    body, axes, dtype, _ = KERNELS[name]
     torch_dtype = getattr(torch, dtype)
     m, n = axes["m"], axes["n"]
     x = torch.randn(m, n, device="cuda", dtype=torch_dtype)
     y = torch.randn(n if "@" in body else m, n, device="cuda", dtype=torch_dtype)
-    out = torch.empty(m, n, device="cuda", dtype=torch_dtype)
-    return {"torch.add(x, y, out=out)": lambda: torch.add(x, y, out=out),
-            "torch.matmul(x, y, out=out)": lambda: torch.matmul(x, y, out=out)}[line]
+    return x, y, torch.empty(m, n, device="cuda", dtype=torch_dtype)
+
+
+FUNCTIONS = {"torch.add(x, y, out=out)": torch.add, "torch.matmul(x, y, out=out)": torch.matmul}
+
+
+def call_on(name: str, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> None:
+    """One call of kernel `name`'s solution on these tensors."""
+    FUNCTIONS[KERNELS[name][3]](x, y, out=out)
+
+
+def make_call(name: str):
+    x, y, out = make_tensors(name)
+    function = FUNCTIONS[KERNELS[name][3]]
+    return lambda: function(x, y, out=out)
 
 
 def do_bench_ms(name: str) -> float:
