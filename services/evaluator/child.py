@@ -41,9 +41,10 @@ import torch
 
 from services.evaluator import gpu_handover, tensorfile
 from services.evaluator.cutedsl import CompileFailed, CuteEntry
-from services.evaluator.entry import as_outputs, empty_outputs, load_entry
+from services.evaluator.entry import as_outputs, cubin_kernels, empty_outputs, load_entry
 from services.evaluator.guards import Guard, snapshot
 from services.evaluator.inputs import NOT_REPRODUCED, digest, make_inputs
+from services.evaluator.launch import foreign_kernels
 from services.evaluator.outer_clock import HarnessClock
 from services.evaluator.spares import READY_FILE
 from services.evaluator.timing import TimingPlan, bind_runtime, sm_clock_mhz, synchronize, time_runs
@@ -204,6 +205,9 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         with _phase("timing"):
             latency = time_runs(run, device, plan, prepare, hand_over if clock is not None else None)
         clock_after = sm_clock_mhz(device)
+        own = cubin_kernels(entry)
+        if own is not None:  # a `cuda` solution: the kernels its timed runs ran must be its own
+            enforce(foreign_kernels(latency.kernels, own.defines))
         for t, outputs in last.items():  # inside the outer clock's window: the outputs exist at `end`
             enforce(check_outputs(outputs))
             if share:

@@ -81,6 +81,11 @@ def _extension_entry(library: Path, symbol: str):
     return entry
 
 
+def cubin_kernels(entry) -> Any:
+    """The `kernels` handle (`launch.Kernels`) of a `cuda` solution's entry; None for other languages."""
+    return entry.keywords.get("kernels") if isinstance(entry, functools.partial) else None
+
+
 def _with_kernels(entry, cubin_path: Path, device: torch.device):
     """Language `cuda`: the entry gets `kernels=`; torch's current stream becomes the launcher's."""
     from services.evaluator.launch import Kernels

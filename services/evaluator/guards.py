@@ -39,14 +39,15 @@ from services.evaluator import timing
 
 HARNESS = ("services.evaluator.child", "services.evaluator.timing", "services.evaluator.guards",
            "services.evaluator.gpu_handover",
-           "services.evaluator.tensorfile", "services.evaluator.inputs", "services.evaluator.entry")
+           "services.evaluator.tensorfile", "services.evaluator.inputs", "services.evaluator.entry",
+           "services.evaluator.launch")
 KEPT_MODULES = (*HARNESS, "time", "statistics", "json", "math", "os", "gc", "threading", "torch", "builtins",
                 "safetensors", "safetensors.torch", "pathlib")
 _MISSING = object()
 
 
 def _watched() -> list[tuple[Any, str]]:
-    from services.evaluator import child, entry, tensorfile, timing
+    from services.evaluator import child, entry, launch, tensorfile, timing
 
     watched: list[tuple[Any, str]] = [
         (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
@@ -64,8 +65,10 @@ def _watched() -> list[tuple[Any, str]]:
         watched += [(runtime, name) for name in ("cudaCtxResetPersistingL2Cache", "cudaError_t",
                                                  "cudaIpcGetMemHandle", "cudaIpcMemHandle_t")]
         watched += [(driver, "cuMemGetAddressRange")]
-    watched += [(child, name) for name in ("_invoke", "_call", "_write_json", "run_candidate")]
-    watched += [(entry, name) for name in ("empty_outputs", "as_outputs")]
+    watched += [(child, name) for name in ("_invoke", "_call", "_write_json", "run_candidate", "cubin_kernels",
+                                           "foreign_kernels")]
+    watched += [(entry, name) for name in ("empty_outputs", "as_outputs", "cubin_kernels")]
+    watched += [(launch, "foreign_kernels"), (launch.Kernels, "defines")]  # a `cuda` solution's kernels its own
     from services.evaluator import guards
 
     watched += [(guards.Guard, name) for name in ("check", "check_inputs", "check_outputs", "check_call")]

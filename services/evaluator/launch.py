@@ -6,16 +6,23 @@ pycuda, in torch's primary context, on torch's current stream.
         kernels.scale(x, w, out, n, grid=((n + 255) // 256,), block=(256,))
 
 Tensors pass as device pointers, Python ints as 32-bit ints (`numpy` scalars for other widths),
-floats as 32-bit floats. Imported only in the candidate child on a GPU machine: `import
-pycuda.driver` needs libcuda.
+floats as 32-bit floats. Every kernel the timed runs launch must be the cubin's own (CUPTI's
+records, checked by `foreign_kernels`): PyTorch or a library computing in its place is REWARD_HACK.
+`Kernels` is made only in the candidate child on a GPU machine: `import pycuda.driver` needs libcuda.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 import torch
+
+# Kernels from elsewhere that a `cuda` solution may run: torch's fill of a buffer with a constant
+# (`zero_`, `fill_`: workspace set up, not the operation's work). Any other kernel its cubin does not
+# define is PyTorch or a library doing the work (`foreign_kernels`).
+ALLOWED_LIBRARY_KERNELS = ("FillFunctor",)
 
 
 class Kernels:
@@ -58,8 +65,28 @@ class Kernels:
             self._functions[name] = KernelFunction(self, function, name)
         return self._functions[name]
 
+    def defines(self, name: str) -> bool:
+        """Whether `name` (a kernel's name as CUPTI reports it) is a function of this cubin."""
+        try:
+            self._module.get_function(name)
+        except (self._driver.LogicError, TypeError, ValueError):  # not found, or not a name it can look up
+            return False
+        return True
+
     def close(self) -> None:
         self._context.pop()
+
+
+def foreign_kernels(seen: Iterable[str], defines: Callable[[str], bool]) -> str | None:
+    """Why a `cuda` solution whose timed runs ran the GPU kernels `seen` (CUPTI's names, the timer's
+    own left out) is a REWARD_HACK, or None: a kernel its cubin does not `defines` is PyTorch or a
+    library computing in its place (fills of a buffer with a constant excepted)."""
+    foreign = sorted(n for n in seen if not defines(n) and not any(a in n for a in ALLOWED_LIBRARY_KERNELS))
+    if not foreign:
+        return None
+    shown = ", ".join(n[:120] for n in foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+    return (f"the `cuda` solution's timed runs ran GPU kernels that its cubin does not define: {shown} "
+            f"(PyTorch or a library doing the work; a `cuda` solution's kernels must be its own)")
 
 
 class KernelFunction:

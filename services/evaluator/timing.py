@@ -54,6 +54,7 @@ class Latency:
     event_median_ms: float | None = None  # the events' own median, for comparison with CUPTI's
     total_ms: float | None = None  # the sum of the timed runs' samples (for the outer clock, not the trace)
     l2_persisting_reset: bool | None = None  # on a GPU: persisting L2 lines reset before every flush
+    kernels: tuple[str, ...] = ()  # on a GPU with CUPTI: the names of the kernels the timed runs ran (not the trace)
 
     def as_dict(self) -> dict[str, Any]:
         return {"median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "runs": self.runs,
@@ -199,6 +200,7 @@ class _GpuClock:
         self.cupti = cupti_recorder()
         bind_runtime(device)
         self.l2_reset = True  # every run's persisting lines were reset before its flush
+        self.kernels: set[str] = set()  # what the runs launched, by CUPTI's names
         self.samples: list[float] = []
         self.event_samples: list[float] = []
         self.cupti_samples: list[float] = []
@@ -217,6 +219,8 @@ class _GpuClock:
         synchronize(self.device)
         event_ms = start.elapsed_time(end)
         cupti_ms = self.cupti.stop_span_ms(skip=OWN_LAUNCHES) if self.cupti is not None else None
+        if self.cupti is not None:
+            self.kernels.update(self.cupti.kernels)
         self.event_samples.append(event_ms)
         if cupti_ms is not None:
             self.cupti_samples.append(cupti_ms)
@@ -228,7 +232,7 @@ class _GpuClock:
         clock = "cupti" if self.cupti_samples and len(self.cupti_samples) == len(self.samples) else "events"
         s = self.samples
         return Latency(statistics.median(s), min(s), max(s), len(s), clock, statistics.median(self.event_samples),
-                       sum(s), self.l2_reset)
+                       sum(s), self.l2_reset, tuple(sorted(self.kernels)))
 
 
 SPIN_HZ = 2.0e9
@@ -245,6 +249,8 @@ class CuptiRecorder:
         self._cupti = cupti
         self._kinds = [cupti.ActivityKind.CONCURRENT_KERNEL, cupti.ActivityKind.MEMCPY, cupti.ActivityKind.MEMSET]
         self._spans: list[tuple[int, int, int]] = []
+        self._names: dict[int, str] = {}  # correlation id -> name, for kernels
+        self.kernels: tuple[str, ...] = ()  # the names of the kernels of the last window, less the first `skip`
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
 
     @staticmethod
@@ -252,11 +258,15 @@ class CuptiRecorder:
         return 4 << 20, 0
 
     def _buffer_completed(self, activities: list) -> None:
-        self._spans.extend((a.correlation_id, a.start, a.end) for a in activities if a.kind in self._kinds)
+        for a in activities:
+            if a.kind in self._kinds:
+                self._spans.append((a.correlation_id, a.start, a.end))
+                if a.kind == self._kinds[0]:  # a kernel: its name too (cupti-python's `name` is a str)
+                    self._names[a.correlation_id] = str(getattr(a, "name", None) or "(unnamed kernel)")
 
     def start(self) -> None:
         self._cupti.activity_flush_all(1)
-        self._spans = []
+        self._spans, self._names = [], {}
         for kind in self._kinds:
             self._cupti.activity_enable(kind)
 
@@ -266,6 +276,8 @@ class CuptiRecorder:
             self._cupti.activity_disable(kind)
         self._cupti.activity_flush_all(1)
         spans, self._spans = sorted(self._spans)[skip:], []
+        names, self._names = self._names, {}
+        self.kernels = tuple(sorted({names[c] for c, _, _ in spans if c in names}))
         if not spans:
             return None
         return (max(e for _, _, e in spans) - min(s for _, s, _ in spans)) / 1e6

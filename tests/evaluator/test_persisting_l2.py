@@ -61,6 +61,8 @@ class Recorded:
     def start(self):
         self.log.append("window")
 
+    kernels: tuple[str, ...] = ()
+
     def stop_span_ms(self, skip: int = 0):
         return 1.0
 
@@ -82,6 +84,7 @@ def gpu_clock(log: list[str], monkeypatch) -> timing._GpuClock:
     clock = object.__new__(timing._GpuClock)  # no device here: its fields set by hand
     clock.device, clock.scratch, clock.cupti, clock.spin_cycles = torch.device("cuda"), Recorded(log), Recorded(log), 0
     clock.l2_reset, clock.samples, clock.event_samples, clock.cupti_samples = True, [], [], []
+    clock.kernels = set()
     return clock
 
 

@@ -70,12 +70,12 @@ def problem(tmp_path_factory):
     return load_problem(root)
 
 
-def cuda_solution(cu: str, name: str = "scale_ptx") -> Solution:
+def cuda_solution(cu: str, name: str = "scale_ptx", launch: str = LAUNCH) -> Solution:
     return Solution.model_validate({
         "name": name, "definition": "scale", "author": "test",
         "spec": {"languages": ["cuda"], "target_hardware": ["H200"], "entry_point": "launch.py::run",
                  "tunables": {"BLOCK": [256, 128]}},
-        "sources": [{"path": "launch.py", "content": LAUNCH}, {"path": "scale.cu", "content": cu}]})
+        "sources": [{"path": "launch.py", "content": launch}, {"path": "scale.cu", "content": cu}]})
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +101,23 @@ def test_bad_kernel_gets_its_status_and_the_next_attempt_passes(problem, config,
     assert bad.status is expected, f"{case}: got {bad.status.value}: {bad.message[:2000]}"
     good = evaluate(problem, cuda_solution(GOOD), config)
     assert good.status is Status.PASSED, good.message
+
+
+# A `cuda` solution in name only: its kernel builds, but PyTorch does the work (issue 10's fallback).
+TORCH_FALLBACK = """
+import torch
+
+
+def run(x, w, y, *, kernels):
+    torch.mul(x, w, out=y)
+"""
+# Its own kernel, after torch zeroed the output: a fill is set-up, not the work, and stays allowed.
+ZEROED_FIRST = "def run(x, w, y, *, kernels):\n    y.zero_()\n" + LAUNCH.split("\n", 2)[2]
+
+
+def test_a_torch_fallback_in_a_cuda_solution_is_a_reward_hack_and_a_fill_is_not(problem, config):
+    fallback = evaluate(problem, cuda_solution(GOOD, "torch_fallback", TORCH_FALLBACK), config)
+    assert fallback.status is Status.REWARD_HACK, fallback.message
+    assert "does not define" in fallback.message, fallback.message
+    zeroed = evaluate(problem, cuda_solution(GOOD, "zeroed_first", ZEROED_FIRST), config)
+    assert zeroed.status is Status.PASSED, zeroed.message
