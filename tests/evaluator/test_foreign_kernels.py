@@ -113,3 +113,18 @@ def test_only_the_cubins_own_kernels_and_fills_pass() -> None:
     assert "MulFunctor" in verdict and "sm90_xmma_gemm" in verdict
     many = launch.foreign_kernels([f"k{i}" for i in range(7)], own)
     assert many is not None and "and 3 more" in many
+
+
+def test_a_solution_that_silences_the_check_is_caught(monkeypatch) -> None:
+    """The check runs in the candidate's process: rebinding it (or the cubin's lookup) is a guarded patch."""
+    from services.evaluator import child
+    from services.evaluator.guards import Guard
+
+    guard = Guard()
+    assert guard.check() is None
+    for owner, name in ((launch, "foreign_kernels"), (child, "foreign_kernels"), (launch.Kernels, "defines")):
+        with monkeypatch.context() as patched:
+            patched.setattr(owner, name, lambda *_args: None)
+            message = guard.check()
+            assert message is not None and name in message, (owner, name, message)
+    assert guard.check() is None
