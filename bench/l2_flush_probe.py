@@ -54,34 +54,28 @@ def flush(scratch: torch.Tensor, clean: bool) -> None:
         scratch.max()  # reads it all: the written lines leave the L2, clean ones take their place
 
 
-def own_records(recorder: Recorder, scratch: torch.Tensor, clean: bool) -> int:
-    """How many records the flush and the spin make on their own (the second of two tries)."""
-    count = 0
-    for _ in range(2):
-        torch.cuda.synchronize()
-        recorder.start()
-        flush(scratch, clean)
-        torch.cuda._sleep(SPIN_CYCLES)
-        torch.cuda.synchronize()
-        count = len(recorder.records())
-    return count
+def window(recorder: Recorder, scratch: torch.Tensor, clean: bool, call=None) -> list[tuple[int, int, int]]:
+    """One run as the evaluator times it (synchronize, flush, spin, the call), and its records."""
+    torch.cuda.synchronize()
+    recorder.start()
+    flush(scratch, clean)
+    torch.cuda._sleep(SPIN_CYCLES)
+    if call is not None:
+        call()
+    torch.cuda.synchronize()
+    return recorder.records()
 
 
 def time_state(recorder: Recorder, scratch: torch.Tensor, name: str, state: str, runs: int) -> dict:
     kind, inputs = state.split("/")
-    own = own_records(recorder, scratch, kind == "clean")
+    clean = kind == "clean"
+    own = [len(window(recorder, scratch, clean)) for _ in range(2)][-1]  # the flush's and the spin's, settled
     x, y, out = make_tensors(name)
     samples = []
     for i in range(-3, runs):  # three warm-up runs
         if inputs == "fresh":
             x, y, out = x.clone(), y.clone(), torch.empty_like(out)
-        torch.cuda.synchronize()
-        recorder.start()
-        flush(scratch, kind == "clean")
-        torch.cuda._sleep(SPIN_CYCLES)
-        call_on(name, x, y, out)
-        torch.cuda.synchronize()
-        spans = recorder.records()[own:]
+        spans = window(recorder, scratch, clean, lambda: call_on(name, x, y, out))[own:]
         if i >= 0 and spans:
             samples.append((max(e for _, _, e in spans) - min(s for _, s, _ in spans)) / 1e3)
     return {"kernel": name, "state": state, "own_records": own, "runs": len(samples),

@@ -157,19 +157,11 @@ HOST_FLOOR_CALLS = 2000
 
 @functools.cache
 def host_clock_floor_ms() -> float:
-    """The shortest time the host's clock reads around a call that does nothing, as `_time_on_host`
-    brackets a run: the fastest of `HOST_FLOOR_CALLS` tries (about 0.1 ms in all), once per
+    """The shortest time the host's clock reads around a run that does nothing, bracketed by
+    `_time_on_host` itself: the fastest of `HOST_FLOOR_CALLS` runs (about 0.2 ms in all), once per
     process. No honest run can read less (`score.below_the_host_clock`). Taken in the process that
     judges, never in a candidate's; 0.0 where the clock is too coarse to see the call."""
-    def nothing(i: int) -> None:
-        return None
-
-    fastest = float("inf")
-    for i in range(HOST_FLOOR_CALLS):
-        begin = time.perf_counter()
-        nothing(i)
-        fastest = min(fastest, time.perf_counter() - begin)
-    return fastest * 1e3
+    return _time_on_host(lambda i: None, TimingPlan(0, HOST_FLOOR_CALLS, float("inf")), None).min_ms
 
 
 def _time_on_host(run: Callable[[int], object], plan: TimingPlan,

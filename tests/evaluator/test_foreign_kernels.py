@@ -63,7 +63,7 @@ def test_the_recorder_keeps_the_kernel_names_of_a_window_less_the_timers_own() -
 
 
 def test_a_workloads_kernels_are_those_of_all_its_timed_runs(monkeypatch) -> None:
-    import torch
+    from test_persisting_l2 import gpu_clock
 
     runs = iter([("scale",), ("scale", "helper"), ()])
 
@@ -76,24 +76,8 @@ def test_a_workloads_kernels_are_those_of_all_its_timed_runs(monkeypatch) -> Non
         def stop_span_ms(self, skip: int = 0) -> float:
             return 1.0
 
-    class Event:
-        def __init__(self, enable_timing: bool = False) -> None:
-            pass
-
-        def record(self) -> None:
-            pass
-
-        def elapsed_time(self, _other) -> float:
-            return 1.0
-
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    monkeypatch.setattr(torch.cuda, "_sleep", lambda _cycles: None)
-    monkeypatch.setattr(timing, "synchronize", lambda _device: None)
-    monkeypatch.setattr(timing, "reset_persisting_l2", lambda: True)
-    clock = object.__new__(timing._GpuClock)  # no device here: its fields set by hand
-    clock.device, clock.scratch, clock.cupti, clock.spin_cycles = torch.device("cuda"), torch.empty(4), Recorder(), 0
-    clock.l2_reset, clock.samples, clock.event_samples, clock.cupti_samples = True, [], [], []
-    clock.kernels = set()
+    clock = gpu_clock([], monkeypatch)  # no device here: its fields set by hand
+    clock.cupti = Recorder()
     for i in range(3):
         clock.time(lambda _i: None, i)
     assert clock.latency().kernels == ("helper", "scale")
