@@ -8,9 +8,9 @@ Each repeat is a full attempt (child process, fresh inputs, L2 flush, median of 
 on an input set of its own: fewer for large inputs, at least 5, as many as 2 GiB of sets hold). do_bench
 runs in this process on the same shapes with its own L2 flush; its median is taken. With `--ncu`,
 Nsight Compute also times the same call in a process of its own (`ncu --clock-control none`, caches
-flushed before each kernel, the default): the sum of the kernels' `gpu__time_duration` per call,
-median over the profiled calls; it is the kernels' own time on the GPU, as CUPTI's. Prints a table;
-writes JSON.
+flushed before each kernel: the default, or not: `--ncu-cache none`): the sum of the kernels'
+`gpu__time_duration` per call, median over the profiled calls; it is the kernels' own time on the
+GPU, as CUPTI's. Prints a table; writes JSON.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ KERNELS = {
     "add_64k": ("return x + y", {"m": 256, "n": 256}, "float32", "torch.add(x, y, out=out)"),
     "add_1m": ("return x + y", {"m": 1024, "n": 1024}, "float32", "torch.add(x, y, out=out)"),
     "add_4m": ("return x + y", {"m": 2048, "n": 2048}, "float32", "torch.add(x, y, out=out)"),
+    "add_8m": ("return x + y", {"m": 4096, "n": 2048}, "float32", "torch.add(x, y, out=out)"),
     "add_16m": ("return x + y", {"m": 4096, "n": 4096}, "float32", "torch.add(x, y, out=out)"),
+    "add_64m": ("return x + y", {"m": 8192, "n": 8192}, "float32", "torch.add(x, y, out=out)"),
     "gemm_2k_bf16": ("return x @ y", {"m": 2048, "n": 2048}, "bfloat16", "torch.matmul(x, y, out=out)"),
     "gemm_4k_bf16": ("return x @ y", {"m": 4096, "n": 4096}, "bfloat16", "torch.matmul(x, y, out=out)"),
     "gemm_8k_bf16": ("return x @ y", {"m": 8192, "n": 8192}, "bfloat16", "torch.matmul(x, y, out=out)"),
@@ -116,12 +118,12 @@ def ncu_target(name: str) -> None:
     torch.cuda.profiler.stop()
 
 
-def ncu_ms(name: str) -> tuple[float | None, str]:
+def ncu_ms(name: str, cache_control: str = "all") -> tuple[float | None, str]:
     """Median per call of the kernels' summed `gpu__time_duration` under Nsight Compute."""
     if shutil.which("ncu") is None:
         return None, "ncu is not on PATH"
-    command = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics",
-               "gpu__time_duration.sum", "--csv", sys.executable, __file__, "--ncu-target", name]
+    command = ["ncu", "--clock-control", "none", "--cache-control", cache_control, "--profile-from-start", "off",
+               "--metrics", "gpu__time_duration.sum", "--csv", sys.executable, __file__, "--ncu-target", name]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     rows = [r for r in csv.DictReader(io.StringIO(done.stdout[done.stdout.find('"ID"'):]))
             if r.get("Metric Name") == "gpu__time_duration.sum"]
@@ -141,6 +143,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("fidelity.json"))
     parser.add_argument("--kernels", default=",".join(KERNELS), help="comma-separated subset")
     parser.add_argument("--ncu", action="store_true", help="also time each call under Nsight Compute")
+    parser.add_argument("--ncu-cache", choices=("all", "none"), default="all",
+                        help="ncu's --cache-control: caches flushed before each kernel (all, the default) or not")
     parser.add_argument("--ncu-target", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ncu_target:
@@ -163,20 +167,23 @@ def main() -> None:
             row = {"kernel": name, "ours_ms": ours, "ours_median_ms": median, "do_bench_ms": reference,
                    "ratio": median / reference, "spread": max(ours) / min(ours)}
             if args.ncu:
-                row["ncu_ms"], row["ncu_note"] = ncu_ms(name)
+                row["ncu_ms"], row["ncu_note"] = ncu_ms(name, args.ncu_cache)
                 row["ratio_ncu"] = median / row["ncu_ms"] if row["ncu_ms"] else None
+                row["ncu_minus_ours_us"] = (row["ncu_ms"] - median) * 1e3 if row["ncu_ms"] else None
             rows.append(row)
             print(f"{name}: ours {ours} do_bench {reference:.4f} ncu {row.get('ncu_ms')} {row.get('ncu_note', '')}",
                   flush=True)
     report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": torch.cuda.get_device_name(),
               "command": f"python bench/evaluator_fidelity.py --repeats {args.repeats} --kernels {args.kernels}"
-                         + (" --ncu" if args.ncu else ""),
+                         + (f" --ncu --ncu-cache {args.ncu_cache}" if args.ncu else ""),
               "rows": rows}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"fidelity on {report['hardware']}")
-    print(f"{'kernel':16} {'ours ms':>10} {'do_bench ms':>12} {'ours/db':>8} {'ncu ms':>10} {'ours/ncu':>8} {'max/min':>8}")
+    print(f"{'kernel':16} {'ours ms':>10} {'do_bench ms':>12} {'ours/db':>8} {'ncu ms':>10} {'ours/ncu':>8} "
+          f"{'ncu-ours us':>11} {'max/min':>8}")
     for r in rows:
-        ncu = f"{r['ncu_ms']:>10.4f} {r['ratio_ncu']:>8.3f}" if r.get("ncu_ms") else f"{'-':>10} {'-':>8}"
+        ncu = (f"{r['ncu_ms']:>10.4f} {r['ratio_ncu']:>8.3f} {r['ncu_minus_ours_us']:>11.2f}" if r.get("ncu_ms")
+               else f"{'-':>10} {'-':>8} {'-':>11}")
         print(f"{r['kernel']:16} {r['ours_median_ms']:>10.4f} {r['do_bench_ms']:>12.4f} {r['ratio']:>8.3f} {ncu} "
               f"{r['spread']:>8.3f}")
 

@@ -1,7 +1,7 @@
 """Timing: warm-up, then many timed runs; the median is the latency.
 
 On a CUDA device, before every run: a device-wide synchronize, the L2 cache flushed (a buffer of
-twice its size overwritten), then a short spin kernel sized from the run's own host launch time, so
+twice its size overwritten, then read back, so that the lines left behind are clean), then a short spin kernel sized from the run's own host launch time, so
 that the run is fully queued before the GPU reaches the start event (the host's launch cost stays
 out of the timed region, as when a GPU is kept busy). The run is bracketed by events on the current
 stream and, where CUPTI is present (`cupti-python`), its kernels, copies and memsets are recorded
@@ -191,6 +191,7 @@ class _GpuClock:
         self.spin_cycles = int(min(1.5 * launch_s + 20e-6, 10e-3) * SPIN_HZ)
         self.cupti = cupti_recorder()
         bind_runtime(device)
+        self.own_launches = self.count_own_launches() if self.cupti is not None else 0
         self.l2_reset = True  # every run's persisting lines were reset before its flush
         self.kernels: set[str] = set()  # what the runs launched, by CUPTI's names
         self.samples: list[float] = []
@@ -203,14 +204,14 @@ class _GpuClock:
         self.l2_reset = reset_persisting_l2() and self.l2_reset  # host call, before the window: no launch
         if self.cupti is not None:
             self.cupti.start()  # records from here: the flush, the spin (left out below), then the run
-        self.scratch.fill_(0x5A5A5A5A)
+        self.flush()
         torch.cuda._sleep(self.spin_cycles)
         start.record()
         run(i)
         end.record()
         synchronize(self.device)
         event_ms = start.elapsed_time(end)
-        cupti_ms = self.cupti.stop_span_ms(skip=OWN_LAUNCHES) if self.cupti is not None else None
+        cupti_ms = self.cupti.stop_span_ms(skip=self.own_launches) if self.cupti is not None else None
         if self.cupti is not None:
             self.kernels.update(self.cupti.kernels)
         self.event_samples.append(event_ms)
@@ -220,6 +221,31 @@ class _GpuClock:
         # current stream only, are the fallback where CUPTI is absent or recorded nothing.
         self.samples.append(cupti_ms if cupti_ms is not None else event_ms)
 
+    def flush(self) -> None:
+        """Evict the L2: twice its size written, then read back. The read writes the flush's dirty
+        lines back to memory and leaves clean ones, so that a run neither finds its data cached nor
+        pays for the flush's write-backs (Nsight Compute invalidates the caches instead). On the H200
+        (docs/results/2026-12-04-l2-flush-probe-h200.txt) a 64 MiB float32 add took 48.9 us after a
+        flush that only wrote and 43.6 us after this one; ncu read 44.7 us."""
+        self.scratch.fill_(0x5A5A5A5A)
+        self.scratch.max()
+
+    def count_own_launches(self) -> int:
+        """The CUPTI records the flush and the spin leave first in every window (the read-back's
+        count depends on torch's build), counted on windows holding nothing else until two agree."""
+        counts: list[int] = []
+        for _ in range(OWN_COUNT_TRIES):
+            synchronize(self.device)
+            self.cupti.start()
+            self.flush()
+            torch.cuda._sleep(1)
+            synchronize(self.device)
+            self.cupti.stop_span_ms()
+            counts.append(self.cupti.records)
+            if len(counts) > 1 and counts[-1] == counts[-2]:
+                return counts[-1]
+        raise RuntimeError(f"the timer's own launches do not settle: {counts} records in windows with nothing else")
+
     def latency(self) -> Latency:
         clock = "cupti" if self.cupti_samples and len(self.cupti_samples) == len(self.samples) else "events"
         s = self.samples
@@ -228,7 +254,7 @@ class _GpuClock:
 
 
 SPIN_HZ = 2.0e9
-OWN_LAUNCHES = 2  # the flush and the spin, launched first in each CUPTI window
+OWN_COUNT_TRIES = 5  # bare windows, at most, for the timer's own records to settle
 
 
 class CuptiRecorder:
@@ -243,6 +269,7 @@ class CuptiRecorder:
         self._spans: list[tuple[int, int, int]] = []
         self._names: dict[int, str] = {}  # correlation id -> name, for kernels
         self.kernels: tuple[str, ...] = ()  # the names of the kernels of the last window, less the first `skip`
+        self.records = 0  # how many records the last window held, the first `skip` included
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
 
     @staticmethod
@@ -267,6 +294,7 @@ class CuptiRecorder:
         for kind in self._kinds:
             self._cupti.activity_disable(kind)
         self._cupti.activity_flush_all(1)
+        self.records = len(self._spans)
         spans, self._spans = sorted(self._spans)[skip:], []
         names, self._names = self._names, {}
         self.kernels = tuple(sorted({names[c] for c, _, _ in spans if c in names}))

@@ -1,6 +1,7 @@
 """Persisting L2 lines reset before every timed run's flush (a cache-residency game on a GPU: lines
 marked persisting survive a flush; docs/results/hardening.md). Here a stand-in for cuda-python's
-runtime and for the device calls around a run; bench/persisting_l2.py measures the effect on an H200."""
+runtime and for the device calls around a run; bench/persisting_l2.py measures the effect on an H200.
+The same stand-in checks the flush itself: written, then read back, and its own CUPTI records counted."""
 
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ class Recorded:
     def fill_(self, _value):
         self.log.append("flush")
 
+    def max(self):
+        self.log.append("read back")
+
     def start(self):
         self.log.append("window")
 
@@ -84,7 +88,7 @@ def gpu_clock(log: list[str], monkeypatch) -> timing._GpuClock:
     clock = object.__new__(timing._GpuClock)  # no device here: its fields set by hand
     clock.device, clock.scratch, clock.cupti, clock.spin_cycles = torch.device("cuda"), Recorded(log), Recorded(log), 0
     clock.l2_reset, clock.samples, clock.event_samples, clock.cupti_samples = True, [], [], []
-    clock.kernels = set()
+    clock.kernels, clock.own_launches = set(), 2
     return clock
 
 
@@ -94,7 +98,7 @@ def test_every_run_resets_persisting_lines_before_its_flush(bound, monkeypatch):
     clock = gpu_clock(log, monkeypatch)
     for i in range(3):
         clock.time(lambda _i: log.append("run"), i)
-    assert log == ["reset", "window", "flush", "spin", "event", "run", "event"] * 3
+    assert log == ["reset", "window", "flush", "read back", "spin", "event", "run", "event"] * 3
     assert clock.latency().l2_persisting_reset is True
 
 
@@ -131,3 +135,35 @@ def test_a_solution_that_replaces_the_reset_is_caught(bound):
     guard = Guard()
     runtime.cudaCtxResetPersistingL2Cache = lambda: (0,)
     assert "cudaCtxResetPersistingL2Cache" in guard.check()
+
+
+class Counted(Recorded):
+    """A recorder whose windows hold `counts` records in turn, and which keeps the `skip` it is asked for."""
+
+    def __init__(self, log: list[str], counts: list[int]) -> None:
+        super().__init__(log)
+        self.counts, self.records, self.skips = iter(counts), 0, []
+
+    def stop_span_ms(self, skip: int = 0):
+        self.records = next(self.counts)
+        self.skips.append(skip)
+        return 1.0
+
+
+def test_the_timers_own_records_are_counted_on_bare_windows_until_two_agree(monkeypatch):
+    log: list[str] = []
+    clock = gpu_clock(log, monkeypatch)
+    clock.cupti = Counted(log, [5, 4, 4, 9])  # a first window with lazy set-up work in it, then settled
+    assert clock.count_own_launches() == 4
+    assert log == ["window", "flush", "read back", "spin"] * 3  # three bare windows, nothing run in them
+    clock.own_launches = 4
+    clock.cupti.counts = iter([7])
+    clock.time(lambda _i: None, 0)
+    assert clock.cupti.skips[-1] == 4  # a timed window leaves out that many records, the flush's and the spin's
+
+
+def test_own_records_that_never_settle_stop_the_timing(monkeypatch):
+    clock = gpu_clock([], monkeypatch)
+    clock.cupti = Counted([], [2, 3, 4, 5, 6, 7])
+    with pytest.raises(RuntimeError, match=r"do not settle: \[2, 3, 4, 5, 6\]"):
+        clock.count_own_launches()
