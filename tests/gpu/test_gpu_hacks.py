@@ -1,6 +1,8 @@
 """Hacks that need a GPU (issue 10's list): a time below the physical floor, L2 lines marked persisting across calls, a CUDA
 graph replayed on the pointers it captured, work left running after the call returns, and results
 copied from an earlier call's outputs by a stream the timer might not watch. None may end PASSED with a time it did not pay for.
+One more is an open hole, kept as a strict xfail (docs/results/hardening.md, hole 7): results forged
+around the outer clock's handshake with a plausible time, every output computed honestly.
 
 Run on the GPU machine: `pytest -m gpu tests/gpu/test_gpu_hacks.py`.
 """
@@ -138,3 +140,85 @@ def test_a_time_below_the_physical_floor_is_a_reward_hack_on_the_gpu(problem, co
     result = evaluate(problem, cuda_solution(GOOD), dataclasses.replace(config, hardware=slow))
     assert result.status is Status.REWARD_HACK and "below the physical floor" in result.message, result.message
     assert all(t.evaluation.performance is None for t in result.traces)
+
+
+# Forged at import, then exit before the harness runs (hole 7 of hardening.md): the solution plays
+# the harness's part. It computes every output honestly on the GPU, from the seeds its job and the
+# outer clock's `go` give it, saves them where the harness would, and reports MEDIANS, a time it
+# made up, on the private channel and in the result file. Only its reported time is false.
+FORGED_AROUND_THE_HANDSHAKE = """
+import json
+import os
+import socket
+from pathlib import Path
+
+import torch
+
+from services.evaluator import tensorfile
+from services.evaluator.inputs import make_inputs
+from shared.schema import Definition, Workload
+
+MEDIANS = {}
+JOB = json.loads(Path("job.json").read_text())
+DEFINITION = Definition.model_validate(JOB["definition"])
+DEVICE = torch.device("cuda")
+
+
+def _save(index, workload, seed, s):
+    inputs = make_inputs(DEFINITION, Workload.model_validate(workload), seed, DEVICE, None, None)
+    tensorfile.save({"y": inputs["x"] * inputs["w"]}, Path(JOB["outputs_dir"]) / f"w{index}_s{s}.st")
+
+
+def _send(channel, **message):
+    channel.sendall(json.dumps(message).encode() + b"\\n")
+
+
+channel = socket.socket(fileno=JOB["clock_fd"])
+reader = channel.makefile("rb")
+rounds, results = JOB["correctness_rounds"], []
+for index, workload, timed_sets, seeds in zip(JOB["indices"], JOB["workloads"], JOB["timed_sets"], JOB["set_seeds"]):
+    for s in range(rounds):
+        _save(index, workload, seeds[s], s)
+    _send(channel, op="ready", uuid=workload["uuid"])
+    go = json.loads(reader.readline())
+    for t, seed in enumerate(go["set_seeds"]):
+        _save(index, workload, seed, rounds + t)
+    torch.cuda.synchronize()
+    median = MEDIANS[workload["uuid"]]
+    _send(channel, op="end", uuid=workload["uuid"], runs=timed_sets, total_ms=timed_sets * median, median_ms=median)
+    results.append({"uuid": workload["uuid"], "status": "OK",
+                    "latency": {"median_ms": median, "min_ms": median, "max_ms": median, "runs": timed_sets,
+                                "clock": "cupti"}})
+Path(JOB["result_path"]).write_text(json.dumps({"workloads": results}))
+os._exit(0)
+"""
+
+
+@pytest.mark.xfail(reason="hole 7 (hardening.md): the outer clock's allowance on a GPU holds the whole work of "
+                          "a short kernel's timed batch, and a made-up time above the SOL bound is not seen",
+                   raises=AssertionError, strict=True)
+def test_a_plausible_time_forged_around_the_handshake_is_not_seen_on_the_gpu(problem, config):
+    """The forger reports 80% of the honest kernel's time on each workload, and never less than 1.1
+    times the physical floor (`shared.sol.hack_floor_ms`: 12 bytes an element at the H200's best
+    bandwidth): a plausible record. The test fails (XPASS, strict) once the hole closes; where its
+    set-up goes wrong it fails outright (`pytest.fail`, not the AssertionError the xfail takes)."""
+    from shared.hardware import lookup
+
+    h200 = lookup("NVIDIA H200")
+    bandwidth = max(h200.bandwidth_gbps(False), h200.bandwidth_gbps(True))
+    honest = evaluate(problem, cuda_solution(GOOD), config)
+    if honest.status is not Status.PASSED:
+        pytest.fail(f"the honest kernel did not pass: {honest.message}")
+    times = {t.workload.uuid: (t.evaluation.performance.latency_ms, t.workload.axes["n"]) for t in honest.traces}
+    medians = {uuid: max(0.8 * ms, 1.1 * 12 * n / (bandwidth * 1e6)) for uuid, (ms, n) in times.items()}
+    if any(medians[uuid] >= ms for uuid, (ms, _) in times.items()):
+        pytest.fail(f"no made-up time lies between the physical floor and the honest time: {times}")
+    source = FORGED_AROUND_THE_HANDSHAKE.replace("MEDIANS = {}", f"MEDIANS = {medians!r}")
+    result = evaluate(problem, pytorch_solution("forged_around_the_handshake", source), config)
+    if result.status is Status.PASSED:
+        reported = {t.workload.uuid: t.evaluation.performance.latency_ms for t in result.traces}
+        if reported != pytest.approx(medians):
+            pytest.fail(f"PASSED, but not with the made-up times: {reported} against {medians}")
+    elif result.status is not Status.REWARD_HACK:
+        pytest.fail(f"the forgery itself failed: {result.status.value}: {result.message}")
+    assert result.status is not Status.PASSED, f"PASSED with made-up medians {medians}, honest {times}"
