@@ -1,14 +1,16 @@
 """What the state the L2 flush leaves does to a kernel's time, on the clock the evaluator uses (CUPTI).
 
-The evaluator flushes the L2 before every timed run by writing a buffer of twice its size
-(`timing._GpuClock`): that leaves about one L2 of dirty lines, which a memory-bound kernel then
-writes back. Nsight Compute invalidates the caches instead, and on the H200 (2026-12-03) a 64 MiB
-float32 add read 48.8 us in the evaluator against 44.7 us under ncu; GEMMs agreed within 1%. This
-probe times each kernel of `evaluator_fidelity.py` under four states before the run, one kernel
-call at a time, as the evaluator does (synchronize, flush, a spin so that the launch is queued,
-the call): the flush as the evaluator does it (`dirty`), the same write followed by a read of the
-whole buffer (`clean`: the dirty lines go back to memory before the run), and each with the same
-inputs every run (`same`) or fresh copies at new addresses (`fresh`, as the evaluator's timed runs).
+Until 2026-12-04 the evaluator flushed the L2 before every timed run by writing a buffer of twice
+its size: that leaves about one L2 of dirty lines, which a memory-bound kernel then writes back.
+Nsight Compute invalidates the caches instead, and on the H200 (2026-12-03) a 64 MiB float32 add
+read 48.8 us in the evaluator against 44.7 us under ncu; GEMMs agreed within 1%. This probe's run
+of 2026-12-04 (docs/results/2026-12-04-l2-flush-probe-h200.txt) made the clean flush below the
+evaluator's (`timing._GpuClock.flush`). It times each kernel of `evaluator_fidelity.py` under four
+states before the run, one kernel call at a time, as the evaluator does (synchronize, flush, a spin
+so that the launch is queued, the call): the flush that only writes (`dirty`), the same write
+followed by a read of the whole buffer (`clean`, the evaluator's now: the dirty lines go back to
+memory before the run), and each with the same inputs every run (`same`) or fresh copies at new
+addresses (`fresh`, as the evaluator's timed runs).
 
     python bench/l2_flush_probe.py --out l2-flush-probe.json [--kernels add_16m,gemm_8k_bf16] [--runs 50]
 

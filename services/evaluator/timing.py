@@ -1,9 +1,10 @@
 """Timing: warm-up, then many timed runs; the median is the latency.
 
 On a CUDA device, before every run: a device-wide synchronize, the L2 cache flushed (a buffer of
-twice its size overwritten, then read back, so that the lines left behind are clean), then a short spin kernel sized from the run's own host launch time, so
-that the run is fully queued before the GPU reaches the start event (the host's launch cost stays
-out of the timed region, as when a GPU is kept busy). The run is bracketed by events on the current
+twice its size overwritten, then read back, so that the lines left behind are clean), then a short
+spin kernel sized from the run's own host launch time, so that the run is fully queued before the
+GPU reaches the start event (the host's launch cost stays out of the timed region, as when a GPU is
+kept busy). The run is bracketed by events on the current
 stream and, where CUPTI is present (`cupti-python`), its kernels, copies and memsets are recorded
 on every stream: the latency of a run is then the CUPTI span (first start to last end, the device's
 own clock), so work moved to another stream counts; the events' median is kept beside it, and is
