@@ -23,7 +23,9 @@ Not covered here (GPU only, or not yet caught anywhere):
   time.perf_counter rewritten), are caught by the evaluator's outer clock (OUTER_CLOCK below, and
   REOPENED: they pass with it off) only where the time they hide exceeds its slack; for a kernel of
   microseconds, by the host clock's floor where the time they report is below what that clock can
-  time at all (HOST_CLOCK), and not where it is plausible (xfail below);
+  time at all (HOST_CLOCK), and not where it is plausible (xfail below; on a GPU the same hole
+  holds a short kernel's whole timed batch: tests/gpu/test_gpu_hacks.py, a strict xfail too,
+  hole 7 of hardening.md);
 - the candidate's process reading the evaluator's memory (/proc/<ppid>/mem) or environment where
   it runs as the evaluator's user: the environment case below; memory is the same hole.
 """
