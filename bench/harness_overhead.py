@@ -47,12 +47,12 @@ def measure(problem_dir: Path, device: torch.device, runs: int, max_workloads: i
     problem = load_problem(problem_dir)
     definition, reference = problem.definition, load_reference(problem.definition)
     rows = []
+
+    def call(inputs: dict) -> None:
+        reference.run(**inputs)
+
     for workload in problem.workloads[:max_workloads]:
         axes = definition.resolve_axes(workload.axes)
-
-        def call(inputs: dict) -> None:
-            reference.run(**inputs)
-
         warm = make_inputs(definition, workload, 1, device, problem.root, reference)
         for _ in range(3):
             call(warm)

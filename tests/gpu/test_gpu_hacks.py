@@ -199,19 +199,21 @@ os._exit(0)
                    raises=AssertionError, strict=True)
 def test_a_plausible_time_forged_around_the_handshake_is_not_seen_on_the_gpu(problem, config):
     """The forger reports 80% of the honest kernel's time on each workload, and never less than 1.1
-    times the physical floor (`shared.sol.hack_floor_ms`: 12 bytes an element at the H200's best
-    bandwidth): a plausible record. The test fails (XPASS, strict) once the hole closes; where its
-    set-up goes wrong it fails outright (`pytest.fail`, not the AssertionError the xfail takes)."""
+    times the physical floor the evaluator applies (`shared.sol.hack_floor_ms` on the H200's row): a
+    plausible record. The test fails (XPASS, strict) once the hole closes; where its set-up goes
+    wrong it fails outright (`pytest.fail`, not the AssertionError the xfail takes)."""
     from shared.hardware import lookup
+    from shared.sol import hack_floor_ms
+    from shared.sol_count import count_work
 
     h200 = lookup("NVIDIA H200")
-    bandwidth = max(h200.bandwidth_gbps(False), h200.bandwidth_gbps(True))
     honest = evaluate(problem, cuda_solution(GOOD), config)
     if honest.status is not Status.PASSED:
         pytest.fail(f"the honest kernel did not pass: {honest.message}")
-    times = {t.workload.uuid: (t.evaluation.performance.latency_ms, t.workload.axes["n"]) for t in honest.traces}
-    medians = {uuid: max(0.8 * ms, 1.1 * 12 * n / (bandwidth * 1e6)) for uuid, (ms, n) in times.items()}
-    if any(medians[uuid] >= ms for uuid, (ms, _) in times.items()):
+    times = {t.workload.uuid: t.evaluation.performance.latency_ms for t in honest.traces}
+    floors = {w.uuid: hack_floor_ms(count_work(problem.definition, w, problem.root), h200) for w in problem.workloads}
+    medians = {uuid: max(0.8 * ms, 1.1 * floors[uuid]) for uuid, ms in times.items()}
+    if any(medians[uuid] >= ms for uuid, ms in times.items()):
         pytest.fail(f"no made-up time lies between the physical floor and the honest time: {times}")
     source = FORGED_AROUND_THE_HANDSHAKE.replace("MEDIANS = {}", f"MEDIANS = {medians!r}")
     result = evaluate(problem, pytorch_solution("forged_around_the_handshake", source), config)
