@@ -68,8 +68,12 @@ def private_view(view: tuple[tuple[bytes, bool], ...], lib: ctypes.CDLL) -> bool
             and (PROC not in shared or _per_process_proc(lib))):
         return False
     # Its working directory (entered before this, by Popen or the fork server) is still the folder
-    # under the bind: entered again by name, it is the one bound on top.
-    os.chdir(os.getcwd())
+    # under the bind: entered again by name, it is the one bound on top. A working directory that
+    # the view does not hold (a caller's under /tmp, now an empty tmpfs) becomes the root.
+    try:
+        os.chdir(os.getcwd())
+    except OSError:
+        os.chdir(b"/")
     return True
 
 
