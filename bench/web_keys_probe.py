@@ -91,7 +91,8 @@ def throttling(folder: Path) -> str:
 def redirect(folder: Path) -> str:
     _, client = app_on(folder / "next", STRONG)
     response = client.post("/login?next=/%09/evil.example", data={"csrf_token": csrf(client), "token": STRONG})
-    return f"POST /login?next=/%09/evil.example -> {response.status_code} Location: {response.headers.get('Location')!r}"
+    location = response.headers.get("Location")
+    return f"POST /login?next=/%09/evil.example -> {response.status_code} Location: {location!r}"
 
 
 def logout(folder: Path) -> str:

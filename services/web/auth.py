@@ -187,9 +187,9 @@ def logout() -> Response:
 def local_path(value: str | None) -> str | None:
     """`value` when it is a path on this site to send a browser back to, else None.
 
-    Browsers drop tabs and newlines inside a URL and read `\\` as `/`, so `/\\tevil.example`,
-    `/\\evil.example` and `/%09/evil.example` (decoded once by the query string) all become
-    `//evil.example`, another site. Refused: anything not starting with a single `/`, any
+    Browsers drop tabs and newlines inside a URL and read a backslash as `/`, so `/<tab>/evil.example`
+    (what `?next=/%09/evil.example` decodes to), `/<newline>/evil.example` and `/<backslash>evil.example`
+    all become `//evil.example`, another site. Refused: anything not starting with a single `/`, any
     backslash, control, format or space character, the same once percent-decoded (a proxy or a
     second decoding must not turn it into one), and anything with a scheme or a host.
     """
