@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=None, help="web port (default 8000)")
     p.set_defaults(handler=cmd_up)
 
+    p = commands.add_parser("token", help="print a new random submit token (for KERNELSWARM_SUBMIT_TOKEN)")
+    p.set_defaults(handler=cmd_token)
+
     p = commands.add_parser("leaderboard", help="the current leaderboard from the DB")
     p.add_argument("--json", action="store_true")
     p.add_argument("--campaign", type=int, default=None)
@@ -184,6 +187,17 @@ def cmd_up(args: argparse.Namespace) -> int:
     settings = Settings.from_env(device=args.device, web_port=args.port)
     configure_logging("WARNING")
     return run_up(settings, args.duration)
+
+
+def cmd_token(_args: argparse.Namespace) -> int:
+    """The token on stdout (nothing else there, for `$(kernelswarm token)`), what to do with it on stderr."""
+    from services.web.tokens import new_token
+
+    print(new_token())
+    err.print("set it as KERNELSWARM_SUBMIT_TOKEN for the web (`.env` under docker compose) and give it to "
+              "whoever may submit problems and pause campaigns; the web refuses tokens shorter than 32 "
+              "characters or not random", highlight=False)
+    return 0
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:

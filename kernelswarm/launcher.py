@@ -175,14 +175,13 @@ class Services:
 
 
 class WebServer:
-    """The Flask app served by werkzeug in a thread of the launcher."""
+    """The Flask app served by werkzeug in a thread of the launcher (no versions in its `Server` header)."""
 
     def __init__(self, settings: Settings, port: int) -> None:
-        from werkzeug.serving import make_server
-
         from services.web import create_app
+        from services.web.serving import make_server
 
-        self.server = make_server("127.0.0.1", port, create_app(settings), threaded=True)
+        self.server = make_server("127.0.0.1", port, create_app(settings))
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

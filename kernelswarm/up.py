@@ -13,6 +13,7 @@ from kernelswarm.launcher import (
     GRACE_S, MAX_RESTARTS, RESTART_WINDOW_S, RedisServer, Services, WebServer, port_is_free,
 )
 from services.planner.campaign import create_campaign, stop_campaign
+from services.web.tokens import check_submit_token
 from shared.celery_app import PLAN_TICK, make_celery
 from shared.db import AttemptRow, Database
 from shared.errors import UserError
@@ -28,6 +29,7 @@ PROGRESS_EVERY_S = 5.0
 
 def run_up(settings: Settings, duration_s: float | None) -> int:
     out = Console(stderr=True)
+    check_submit_token(settings.submit_token)  # before anything starts: the web would refuse it
     if not port_is_free(settings.web_port):
         raise UserError(f"port {settings.web_port} is in use: pass --port or set KERNELSWARM_WEB_PORT")
     problems = [load_problem(folder) for folder in find_problems([settings.problems_dir])]

@@ -58,8 +58,11 @@ class Settings(BaseModel):
     agent_turns: int = 16
     agent_evaluations: int = 8
     agent_tokens: int = 400_000
-    submit_token: str | None = None
+    submit_token: str | None = None  # at least 32 random characters (`kernelswarm token`); none: submitting is off
     submit_limit_per_hour: int = 60  # problems the web form and API accept in any hour, all clients together
+    token_failures_per_window: int = 10  # wrong submit tokens one client address may send per window, then 429
+    token_failure_window_s: float = 300.0
+    web_trusted_proxies: int = 0  # reverse proxies in front of the web whose X-Forwarded-For names the client
     log_level: str = "INFO"
 
     @property

@@ -17,10 +17,11 @@ def init_app(app: Flask) -> None:
     app.register_error_handler(HTTPException, render_http_error)
 
 
-def render_error(error: KernelSwarmError) -> tuple[Response | str, int]:
+def render_error(error: KernelSwarmError) -> tuple[Response | str, int, dict[str, str]]:
+    """With the error's own `headers` when it has some (Retry-After on a 429)."""
     if error.http_status >= 500:
         log.error("request failed path=%s error=%r", request.path, error)
-    return _render(error.http_status, str(error))
+    return *_render(error.http_status, str(error)), getattr(error, "headers", None) or {}
 
 
 def render_http_error(error: HTTPException) -> Response | tuple[Response | str, int]:

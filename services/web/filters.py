@@ -31,8 +31,8 @@ def pct(value: float | None) -> Markup:
 
 
 def bar_pct(score: float) -> Markup:
-    """A score in [0, 1] as a CSS width."""
-    return Markup(f"{100 * min(max(score, 0.0), 1.0):.1f}%")
+    """A score in [0, 1] as a percentage without its sign: the width of a bar in a 100-wide viewBox."""
+    return Markup(f"{100 * min(max(score, 0.0), 1.0):.1f}")
 
 
 def when(value: datetime | None) -> Markup:

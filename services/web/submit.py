@@ -30,13 +30,13 @@ def form() -> str:
 
 
 @bp.post("/submit")
-def submit() -> str | tuple[str, int]:
+def submit() -> str | tuple[str, int] | tuple[str, int, dict[str, str]]:
     auth.check_csrf(request.form)
     texts, errors = _texts_from_form()
     try:
         auth.authorize_form(request.form)
-    except auth.UnauthorizedError as error:
-        return _form(texts, {**errors, "token": [str(error)]}), error.http_status
+    except auth.TokenRefusedError as error:
+        return _form(texts, {**errors, "token": [str(error)]}), error.http_status, error.headers
     if errors:
         return _form(texts, errors), 400
     try:

@@ -10,12 +10,15 @@ from shared.db.models import (
     CampaignRow,
     ProblemRow,
     SolutionRow,
+    TokenFailureRow,
     TraceRow,
+    WebKeyRow,
+    WebLoginRow,
     utcnow,
 )
 from shared.db.session import Database, migrate
 
 __all__ = [
     "AssignmentRow", "AttemptRow", "Base", "BaselineRow", "CalibrationRow", "CampaignProblemRow", "CampaignRow", "Database",
-    "ProblemRow", "SolutionRow", "TraceRow", "migrate", "utcnow",
+    "ProblemRow", "SolutionRow", "TokenFailureRow", "TraceRow", "WebKeyRow", "WebLoginRow", "migrate", "utcnow",
 ]

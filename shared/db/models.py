@@ -177,3 +177,37 @@ class CalibrationRow(Base):
     bandwidth_gbps: Mapped[float | None] = mapped_column(Float)
     tflops_json: Mapped[str] = mapped_column(Text, default="{}")  # {"bfloat16": 790.0, ...}
     measured_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebKeyRow(Base):
+    """A secret the web processes of a deployment share, made once at random by the first one that
+    needs it (`session_key`: what signs the session cookie)."""
+
+    __tablename__ = "web_keys"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class WebLoginRow(Base):
+    """A browser session logged in with the submit token; logging out deletes it, so an old cookie
+    replayed afterwards is refused. The cookie carries the login id; only its SHA-256 is kept here."""
+
+    __tablename__ = "web_logins"
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_tag: Mapped[str] = mapped_column(String(64))  # HMAC of the token it logged in with: a new token ends it
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class TokenFailureRow(Base):
+    """One wrong submit token from one client address (the web's throttle counts them per window)."""
+
+    __tablename__ = "token_failures"
+    __table_args__ = (Index("ix_token_failures_client_at", "client", "failed_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    client: Mapped[str] = mapped_column(String(64))
+    failed_at: Mapped[datetime] = mapped_column(index=True)

@@ -27,7 +27,8 @@ class Web:
     def __init__(self, tmp_path: Path) -> None:
         self.db = Database(f"sqlite:///{tmp_path}/fuzz.db")
         self.store = LocalStore(tmp_path / "store")
-        settings = Settings(home=tmp_path, submit_token=TOKEN, submit_limit_per_hour=10**9)  # no rate limit here
+        settings = Settings(home=tmp_path, submit_token=TOKEN, submit_limit_per_hour=10**9,  # no rate limits here
+                            token_failures_per_window=10**9)
         self.app = create_app(settings, self.db, self.store)
         self.app.config["TESTING"] = True  # an exception in a view reaches the test, not a 500 page
         with self.db.session() as session:

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[2]
-TOKEN = "fuzz-token"  # the fuzzed app's submit token
+TOKEN = "fuzz-Wm4Xq8Rt2Zp6Ky9Lb3Nc7Vd1Hs5Gj0Fa"  # the fuzzed app's submit token (32+ random characters)
 PROBLEMS = REPO / "problems"
 
 # deadline=None: a case's time depends on the shared CPU; database=None: nothing written beside

@@ -127,6 +127,9 @@ def test_submit_form(web, data):
     before = stored(web)
     response = client.post("/submit", data=form, content_type="multipart/form-data")
     page = response.get_data(as_text=True)
+    fresh = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    if fresh:  # the first post logs the session in, which starts it afresh with a new CSRF token
+        web.csrf = fresh.group(1)
     errors = form_errors(page)
     if response.status_code == 200:
         assert 'id="submitted"' in page and not errors
@@ -144,8 +147,9 @@ def test_submit_form_csrf_and_token(web, data, csrf, token, logged_in):
     client = web.client()
     page = client.get("/submit").get_data(as_text=True)
     valid = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
-    if logged_in:
+    if logged_in:  # logging in starts a fresh session: a new CSRF token
         client.post("/login", data={"csrf_token": valid, "token": TOKEN})
+        valid = re.search(r'name="csrf_token" value="([^"]+)"', client.get("/submit").get_data(as_text=True)).group(1)
     form = {"definition": data.draw(st.one_of(texts, st.just(dumps(DEFINITION)))),
             "workloads": data.draw(st.one_of(texts, st.just(jsonl([WORKLOAD]))))}
     form["definition"] = dumps({**json.loads(dumps(DEFINITION)), "name": f"auth_{data.draw(st.integers(0, 10**9))}"}) \

@@ -1,7 +1,8 @@
 """The site in headless Chromium (Debian's chromium, driven by Selenium through chromedriver) on a
 seeded DB, served by werkzeug on a free loopback port in a thread, with a real redis-server: every
 page loads, the leaderboard sorts and filters (and keeps both across its refresh), the chart names
-the attempt under the pointer, one invalid and one valid problem are submitted, a campaign is paused.
+the attempt under the pointer, one invalid and one valid problem are submitted, a campaign is paused;
+no page breaks the Content-Security-Policy (the browser's console names every violation).
 
 Screenshots go to $WEB_SCREENSHOTS_DIR when set (`WEB_SCREENSHOTS_DIR=docs/screenshots pytest
 tests/web/test_browser.py` refreshes the committed ones), else to the test's temp folder.
@@ -23,11 +24,11 @@ import redis
 from sqlalchemy import select
 from webdemo import seed_demo
 from webseed import TOKEN
-from werkzeug.serving import make_server
 
 from kernelswarm.launcher import RedisServer
 from services.web import backends, create_app
 from services.web import leaderboard as leaderboard_page
+from services.web.serving import make_server
 from services.web import status as status_page
 from shared.db import AttemptRow, CampaignRow, Database, ProblemRow
 from shared.settings import Settings
@@ -64,7 +65,7 @@ class Site:
         self.store = LocalStore(root / "store")
         self.demo = seed_demo(self.db, self.store)
         self.app = create_app(Settings(home=root, submit_token=TOKEN, redis_url=self.redis.url), self.db, self.store)
-        self.server = make_server("127.0.0.1", 0, self.app, threaded=True)
+        self.server = make_server("127.0.0.1", 0, self.app)
         self.url = f"http://127.0.0.1:{self.server.socket.getsockname()[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -96,6 +97,7 @@ def browser(tmp_path_factory):
                  "--hide-scrollbars", "--force-device-scale-factor=1", f"--window-size={WIDTH},1000",
                  f"--user-data-dir={profile}"):
         options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the console: CSP violations
     driver = webdriver.Chrome(options=options, service=webdriver.ChromeService(executable_path=CHROMEDRIVER))
     driver.implicitly_wait(0)
     yield driver
@@ -144,7 +146,8 @@ def test_leaderboard_loads_sorts_and_filters(site, browser, shots):
     assert "geomean speedup over T" in cards and "median SOL score" in cards and "GPU hours" in cards
     scores = [figure(t) for t in column(browser, 4)]
     assert scores[:len(site.demo.problems)] == sorted(scores[:len(site.demo.problems)], reverse=True)
-    assert browser.find_elements(By.CSS_SELECTOR, "#leaderboard .bar > span")
+    bars = browser.find_elements(By.CSS_SELECTOR, "#leaderboard svg.bar rect")
+    assert bars and max(bar.rect["width"] for bar in bars) > 10  # drawn, not blocked
     screenshot(browser, shots, "leaderboard")
 
     header = browser.find_element(By.XPATH, "//table[@id='leaderboard']//th[normalize-space()='vs eager']")
@@ -284,3 +287,29 @@ def _paste(driver, field: str, text: str) -> None:
     driver.execute_script("arguments[0].value = arguments[1]; arguments[0].dispatchEvent(new Event('input'));",
                           box, text)
     time.sleep(0.05)
+
+
+def csp_violations(driver) -> list[str]:
+    return [entry["message"] for entry in driver.get_log("browser") if "Content Security Policy" in entry["message"]]
+
+
+def test_no_page_breaks_the_content_security_policy(site, browser):
+    """Every page, its scripts (sorting, the chart's tooltip) and its bars work under the policy. A
+    style attribute injected afterwards is blocked and reported, so an empty console means no page
+    had one."""
+    csp_violations(browser)  # drop what earlier tests left
+    for path in ("/", f"/problems/{site.demo.problems[0]}", "/submit", "/status", "/login?next=/status",
+                 "/problems/no-such-problem"):
+        browser.get(site.url + path)
+        wait(browser, lambda d: d.execute_script("return document.readyState") == "complete")
+        assert browser.execute_script("return document.styleSheets.length") >= 1, path
+        assert csp_violations(browser) == [], path
+    browser.get(site.url + "/")
+    browser.find_element(By.XPATH, "//table[@id='leaderboard']//th[normalize-space()='problem']").click()
+    assert browser.find_element(By.XPATH, "//table[@id='leaderboard']//th[normalize-space()='problem']") \
+        .get_attribute("aria-sort") == "ascending"  # table.js ran
+    browser.execute_script("document.body.insertAdjacentHTML('beforeend', '<p id=\"injected\" style=\"color: "
+                           "rgb(255, 0, 0)\">x</p>')")
+    injected = browser.find_element(By.ID, "injected")
+    assert injected.value_of_css_property("color") != "rgba(255, 0, 0, 1)"
+    assert wait(browser, lambda d: csp_violations(d), 5)

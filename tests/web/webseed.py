@@ -26,7 +26,7 @@ from shared.store import LocalStore
 T0 = datetime(2026, 1, 1, 12, 0, 0)
 REPO = Path(__file__).resolve().parents[2]
 PROBLEMS = REPO / "problems"
-TOKEN = "s3cret-token"
+TOKEN = "kTq3v9XzR2mLw8YpN4sHc7JdF6bGa1Ue5oQiVrZt0Ex"  # a fixed random 43-character token (tokens.py refuses weak ones)
 
 
 class Seed:
