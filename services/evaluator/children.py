@@ -10,14 +10,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from services.evaluator.checker import Checker
+from services.evaluator.config import EvalConfig
+from services.evaluator.harness.correctness import Check
 from services.evaluator.outer_clock import OuterClock, allowed_ms, judge
-from services.evaluator.sandbox import StartedChild, finish_child, unprivileged_ids
-
-if TYPE_CHECKING:
-    from services.evaluator.evaluate import EvalConfig
+from services.evaluator.protocol import MAX_CHECK_REPLY, send
+from services.evaluator.sandbox.isolation import StartedChild, finish_child, unprivileged_ids
+from shared.schema import Status
 
 log = logging.getLogger(__name__)
 
@@ -144,3 +144,39 @@ def hand_over_folders(home: Path, inputs: Path, outputs: Path) -> None:
     for folder in (home, outputs):
         for path in (folder, *folder.rglob("*")):
             os.chown(path, *ids)
+
+
+class Checker:
+    """The evaluator's handle on the reference's process once it said `checking`."""
+
+    def __init__(self, child: StartedChild, timeout_s: float) -> None:
+        self.child = child
+        child.channel.settimeout(timeout_s)
+        self._reader = child.channel.makefile("rb")
+        self._lost: str | None = None  # once a reply is missing or out of turn, no later one is trusted
+
+    def check(self, index: int, runs: int, outputs_dir: Path, shared: dict | None = None) -> Check:
+        """Workload `index`'s correctness rounds and first `runs` timed runs, as they are now: from
+        their files, or from the candidate's GPU memory for the sets in `shared` (`gpu_handover`)."""
+        if self._lost is None:
+            try:
+                send(self.child.channel, {"op": "check", "index": index, "runs": runs,
+                                           "outputs_dir": str(outputs_dir), "shared": shared})
+                line = self._reader.readline(MAX_CHECK_REPLY)
+                reply = json.loads(line) if line else None
+            except (OSError, ValueError) as error:
+                reply, line = None, str(error).encode()
+            if isinstance(reply, dict) and "status" in reply and reply.get("index") == index:
+                return Check.from_dict(reply)
+            self._lost = repr(line[:200])
+        return Check(Status.RUNTIME_ERROR, f"the attempt's checker (the reference's process) stopped answering "
+                                           f"before it checked these outputs ({self._lost}); not the solution's "
+                                           f"verdict")
+
+    def close(self) -> None:
+        try:
+            send(self.child.channel, {"op": "quit"})
+        except OSError:
+            pass  # already gone
+        self._reader.close()
+        self.child.kill()

@@ -23,8 +23,8 @@ from safetensors.torch import save_file
 
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
 from services.evaluator import evaluate as evaluation
-from services.evaluator.reference_role import set_seed
-from services.evaluator.inputs import digest, make_inputs
+from services.evaluator.harness.reference_role import set_seed
+from services.evaluator.harness.inputs import digest, make_inputs
 from shared.schema import Problem, Status, load_problem
 
 SECRET = 0xB1A5_ED5E_C4E7  # the attempt's secret, made known to the test
@@ -188,7 +188,7 @@ def test_a_set_made_differently_by_the_solutions_doing_is_caught_too(affine: Pro
     retypes = """
         import torch
 
-        from services.evaluator import inputs
+        from services.evaluator.harness import inputs
         from shared.schema.definition import DType
 
         inputs.TORCH_DTYPES[DType.FLOAT32] = torch.float64

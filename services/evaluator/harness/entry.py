@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from services.evaluator.cutedsl import CuteEntry
-from services.evaluator.inputs import torch_dtype
+from services.evaluator.languages.cutedsl import CuteEntry
+from services.evaluator.harness.inputs import torch_dtype
 from shared.schema import Definition
 
 
@@ -88,7 +88,7 @@ def cubin_kernels(entry) -> Any:
 
 def _with_kernels(entry, cubin_path: Path, device: torch.device):
     """Language `cuda`: the entry gets `kernels=`; torch's current stream becomes the launcher's."""
-    from services.evaluator.launch import Kernels
+    from services.evaluator.languages.launch import Kernels
 
     kernels = Kernels(cubin_path.read_bytes(), device)
     torch.cuda.set_stream(torch.cuda.ExternalStream(kernels.stream().handle, device=device))

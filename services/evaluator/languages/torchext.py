@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from services.evaluator.nvcc import (BuildCache, Cubin, compiler_excerpt, define_flags, from_cache, nvcc_version,
+from services.evaluator.languages.nvcc import (BuildCache, Cubin, compiler_excerpt, define_flags, from_cache, nvcc_version,
                                     write_sources)
 from shared.schema import Solution
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import torch
 
-from services.evaluator import tensorfile
-from services.evaluator.child import PHASES, _phase, _plan, _traceback
-from services.evaluator.correctness import unmatchable
-from services.evaluator.entry import as_outputs, load_module
-from services.evaluator.inputs import InputError, digest, make_inputs, regenerable
-from services.evaluator.timing import synchronize, time_runs
+from services.evaluator.harness import tensorfile
+from services.evaluator.harness.correctness import unmatchable
+from services.evaluator.harness.entry import as_outputs, load_module
+from services.evaluator.harness.inputs import InputError, digest, make_inputs, regenerable
+from services.evaluator.harness.phases import PHASES, phase, timing_plan, traceback_tail
+from services.evaluator.harness.timing import synchronize, time_runs
 from shared.schema import Definition, Workload
 
 
@@ -39,7 +39,7 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
             state["module"] = load_module("reference", definition.reference, {}, "<reference>")
         except Exception:
             state["module"] = None
-            state["error"] = "loading the reference failed:\n" + _traceback()
+            state["error"] = "loading the reference failed:\n" + traceback_tail()
     reference = state["module"]
     if reference is None:
         return {"status": "INVALID_REFERENCE", "message": state["error"]}
@@ -60,9 +60,9 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
     try:
         for s in range(rounds):
             warm, _ = _reference_set(job, definition, workload, index, s, device, reference, sets)
-        with torch.no_grad(), _phase("timing"):  # warm-up on the last correctness round, as the candidate
+        with torch.no_grad(), phase("timing"):  # warm-up on the last correctness round, as the candidate
             latency = time_runs(lambda i: reference.run(*(batch["inputs"] if i >= 0 else warm).values()),
-                                device, _plan(job), begin=begin)
+                                device, timing_plan(job), begin=begin)
     except _SetFailed as failed:
         return {"status": failed.status, "message": failed.message}
     timing_inputs, timed_sets = batch["inputs"], batch["sets"]
@@ -88,7 +88,7 @@ def _timed_sets(job: dict, definition: Definition, workload: Workload, index: in
     memory (it holds each set, the guard's masked copy and the outputs) and the attempt's time.
     Returns the first set (the reference is timed on it) and the number made."""
     first_set = job["correctness_rounds"]
-    wanted = _plan(job).wanted_runs(device)
+    wanted = timing_plan(job).wanted_runs(device)
     floor = min(job["timing_sets"], wanted)
     began = time.perf_counter()
     first, set_bytes = _reference_set(job, definition, workload, index, first_set, device, reference, sets)
@@ -136,32 +136,32 @@ def _reference_set(job: dict, definition: Definition, workload: Workload, index:
     the workload does not allow) makes the workload INVALID_REFERENCE: no solution could pass it."""
     seed = set_seed(job["seed"], index, s)
     try:
-        with _phase("inputs"):
+        with phase("inputs"):
             inputs = make_inputs(definition, workload, seed, device,
                                  Path(job["problem_root"]) if job.get("problem_root") else None, reference)
     except InputError as error:
         raise _SetFailed("INPUT_ERROR", str(error)) from None
     except Exception:
-        raise _SetFailed("INVALID_REFERENCE", "making inputs failed:\n" + _traceback()) from None
+        raise _SetFailed("INVALID_REFERENCE", "making inputs failed:\n" + traceback_tail()) from None
     if sets is None:  # a timed set's file hidden until the outer clock's `go`, where the clock is on
         folder = job.get("timed_dir") if s >= job["correctness_rounds"] else None
-        with _phase("save"):
+        with phase("save"):
             tensorfile.save(inputs, Path(folder or job["inputs_dir"]) / f"w{index}_s{s}.st")
     else:
-        with _phase("digest"):  # before the reference runs, as the file was saved before it
+        with phase("digest"):  # before the reference runs, as the file was saved before it
             sets.append((seed, digest(inputs)))
     try:
-        with torch.no_grad(), _phase("reference"):
+        with torch.no_grad(), phase("reference"):
             outputs = as_outputs(definition, reference.run(*inputs.values()))
             synchronize(device)
     except Exception:
-        raise _SetFailed("INVALID_REFERENCE", "the reference raised:\n" + _traceback()) from None
+        raise _SetFailed("INVALID_REFERENCE", "the reference raised:\n" + traceback_tail()) from None
     problem = unmatchable(outputs, workload.effective_tolerance)
     if problem:
         raise _SetFailed("INVALID_REFERENCE", f"the reference's outputs on input set {s} cannot be matched, "
                                               f"not even by the reference: {problem}. The workload's inputs take "
                                               f"the reference out of its range.")
-    with _phase("hold"):
+    with phase("hold"):
         _hold(f"w{index}_s{s}", outputs, device)
     return inputs, sum(v.nbytes for v in (*inputs.values(), *outputs.values()) if isinstance(v, torch.Tensor))
 
@@ -171,7 +171,7 @@ def _time_compiled(reference: ModuleType, inputs: dict[str, Any], device: torch.
     try:
         compiled = torch.compile(reference.run)
         with torch.no_grad():
-            latency = time_runs(lambda i: compiled(*inputs.values()), device, _plan(job))
+            latency = time_runs(lambda i: compiled(*inputs.values()), device, timing_plan(job))
     except Exception:  # any failure of the compiler stack only means there is no compiled baseline
-        return {"compile_error": _traceback()[-1000:]}
+        return {"compile_error": traceback_tail()[-1000:]}
     return {"compile_ms": latency.median_ms}

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.evaluator import cutedsl
-from services.evaluator.nvcc import BuildCache, build_cubin
-from services.evaluator.torchext import build_extension, module_name
+from services.evaluator.languages import cutedsl
+from services.evaluator.languages.nvcc import BuildCache, build_cubin
+from services.evaluator.languages.torchext import build_extension, module_name
 from shared.schema import Language, Solution, Status
 from shared.schema.solution import LANGUAGES_BY_DEVICE
 
