@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from services.evaluator.harness import gpu_handover, tensorfile
-from services.evaluator.languages.cutedsl import CompileFailed, CuteEntry
+from services.evaluator.languages import CompiledEntry, CompileFailed, entry_for
 from services.evaluator.harness.entry import as_outputs, cubin_kernels, empty_outputs, load_entry
 from services.evaluator.harness.guards import Guard, snapshot
 from services.evaluator.harness.inputs import NOT_REPRODUCED, digest, make_inputs
@@ -32,8 +32,7 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
                   device: torch.device, state: dict) -> dict[str, Any]:
     try:
         if "entry" not in state:
-            if job.get("language") == "cute_dsl":
-                import cutlass.cute  # noqa: F401  (trusted, and before the guard's snapshot)
+            entry_for(job["language"]).preload()  # trusted imports, before the guard's snapshot
             bind_runtime(device)  # what the timer resets persisting L2 lines with, before the guard's snapshot
             # Output sets shared in GPU memory where the job says so and cuda-python is here (else files).
             state["share"] = bool(job.get("gpu_handover")) and state["clock"] is not None \
@@ -123,12 +122,12 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         if violation:
             return {"status": "REWARD_HACK", "message": violation}
         return {"status": NOT_REPRODUCED, "message": str(differs)}
-    except CompileFailed as refused:  # cute_dsl: `cute.compile` refused it
+    except CompileFailed as refused:  # a language compiling in the child (cute_dsl) refused it
         return {"status": "COMPILE_ERROR", "message": str(refused)}
     except Exception:
         return {"status": "RUNTIME_ERROR", "message": traceback_tail()}
     finally:
-        if isinstance(state.get("entry"), CuteEntry):
+        if isinstance(state.get("entry"), CompiledEntry):
             PHASES["compile"] = round(state["entry"].compile_s, 4)
     if not math.isfinite(latency.median_ms):
         return {"status": "RUNTIME_ERROR", "message": "timing produced no finite latency"}

@@ -1,20 +1,16 @@
-"""Build a solution into a folder the child can load: Python languages are written out and checked
-for syntax; `cuda` sources go through nvcc into one cubin (`nvcc.py`), `cuda_cpp` sources into a torch
-extension module (`torchext.py`), both cached by build key."""
+"""Build a solution into a folder the child can load: every source written out and the Python ones
+checked for syntax, then the language's own build step where its registry entry has one (`cuda`:
+nvcc's cubin, `nvcc.py`; `cuda_cpp`: a torch extension module, `torchext.py`; both cached by build
+key). A language the device cannot run, or this machine lacks, is UNSUPPORTED before anything runs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.evaluator.languages import cutedsl
-from services.evaluator.languages.nvcc import BuildCache, build_cubin
-from services.evaluator.languages.torchext import build_extension, module_name
-from shared.schema import Language, Solution, Status
-from shared.schema.solution import LANGUAGES_BY_DEVICE
-
-CUBIN_FILE = "kernels.cubin"
-SUPPORTED = LANGUAGES_BY_DEVICE
+from services.evaluator.languages import entry_for, languages_on
+from services.evaluator.languages.nvcc import BuildCache
+from shared.schema import Solution, Status
 
 
 @dataclass(frozen=True)
@@ -23,23 +19,23 @@ class Build:
     log: str
     solution_dir: Path
     tunables: dict[str, object]
-    cubin_path: Path | None = None
+    artifact_path: Path | None = None  # what the language's build step made (a cubin, an extension module)
     build_s: float = 0.0
     cached: bool = False
-    extension_path: Path | None = None  # cuda_cpp: the extension module (file name = module name)
 
 
 def build_solution(solution: Solution, device: str, target: Path, arch: str | None = None,
                    cache: BuildCache | None = None) -> Build:
     language = solution.spec.language
     tunables = resolved_tunables(solution)
-    supported = SUPPORTED.get(device.split(":")[0], set())
-    if language not in supported:
-        names = ", ".join(sorted(s.value for s in supported)) or "none"
+    entry = entry_for(language)
+    if entry is None or not entry.runs_on(device):
+        names = ", ".join(sorted(s.value for s in languages_on(device))) or "none"
         return Build(Status.UNSUPPORTED, f"language {language.value} does not run on device {device} "
                                          f"(this evaluator runs: {names})", target, tunables)
-    if language is Language.CUTE_DSL and not cutedsl.available():
-        return Build(Status.UNSUPPORTED, cutedsl.INSTALL_HINT, target, tunables)
+    why = entry.unavailable()
+    if why:
+        return Build(Status.UNSUPPORTED, why, target, tunables)
     target.mkdir(parents=True, exist_ok=True)
     errors = []
     for source in solution.sources:
@@ -53,20 +49,12 @@ def build_solution(solution: Solution, device: str, target: Path, arch: str | No
                 errors.append(f"{source.path}:{error.lineno}:{error.offset}: {error.msg}\n    {error.text or ''}")
     if errors:
         return Build(Status.COMPILE_ERROR, "\n".join(errors), target, tunables)
-    if language is Language.CUDA_CPP:
-        built = build_extension(solution, arch or "sm_90a", tunables, target.parent / "torchext", cache)
-        if not built.ok:
-            return Build(Status.COMPILE_ERROR, built.log, target, tunables, build_s=built.seconds)
-        library = target / f"{module_name(built.key)}.so"
-        library.write_bytes(built.cubin)
-        return Build(None, "", target, tunables, build_s=built.seconds, cached=built.cached, extension_path=library)
-    if language is not Language.CUDA:
+    built = entry.build(solution, target, tunables, arch or "sm_90a", cache)
+    if built is None:
         return Build(None, "", target, tunables)
-    cubin = build_cubin(solution, arch or "sm_90a", tunables, target.parent / "nvcc", cache)
-    if not cubin.ok:
-        return Build(Status.COMPILE_ERROR, cubin.log, target, tunables, build_s=cubin.seconds)
-    (target / CUBIN_FILE).write_bytes(cubin.cubin)
-    return Build(None, "", target, tunables, target / CUBIN_FILE, cubin.seconds, cubin.cached)
+    if not built.ok:
+        return Build(Status.COMPILE_ERROR, built.log, target, tunables, build_s=built.seconds)
+    return Build(None, "", target, tunables, built.artifact, built.seconds, built.cached)
 
 
 def resolved_tunables(solution: Solution) -> dict[str, object]:

@@ -13,7 +13,9 @@ records, checked by `foreign_kernels`): PyTorch or a library computing in its pl
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +25,15 @@ import torch
 # (`zero_`, `fill_`: workspace set up, not the operation's work). Any other kernel its cubin does not
 # define is PyTorch or a library doing the work (`foreign_kernels`).
 ALLOWED_LIBRARY_KERNELS = ("FillFunctor",)
+
+
+def load(entry: Callable, job: dict[str, Any]) -> functools.partial:
+    """The registry's loader for `cuda`: the entry gets `kernels=` (the cubin `nvcc.build` saved);
+    torch's current stream becomes the launcher's."""
+    device = torch.device(job["device"])
+    kernels = Kernels(Path(job["artifact_path"]).read_bytes(), device)
+    torch.cuda.set_stream(torch.cuda.ExternalStream(kernels.stream().handle, device=device))
+    return functools.partial(entry, kernels=kernels)
 
 
 class Kernels:
