@@ -34,6 +34,7 @@ from services.evaluator.harness.correctness import Check
 from services.evaluator.harness.inputs import NOT_REPRODUCED
 from services.evaluator.languages.nvcc import arch_for
 from services.evaluator.outer_clock import timed_hand_over
+from services.evaluator.protocol import CandidateJob, ReferenceJob
 from services.evaluator.sandbox.isolation import StartedChild, memory_limit, shared_folders, start_child
 from services.evaluator.spares import HOMES, OUTPUTS, SPARE_READY_S, Spare, discard
 from services.evaluator.score import below_the_host_clock, count_ahead, hardware_for, score_workload
@@ -150,7 +151,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
          config: EvalConfig, children: _Children, say: Callable[[str], None]) -> list[_Outcome]:
     dirs = children.dirs
     common = {
-        "definition": problem.definition.model_dump(mode="json"),
+        "definition": problem.definition,
         "device": config.device,
         "correctness_rounds": config.correctness_rounds,
         "timing_sets": config.timing_sets,
@@ -168,12 +169,12 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     # Spares wait until both have warmed up, so that neither's start overlaps the other's timing.
     children.wait_ready()
     clock = config.outer_clock
-    reference = run_child(dirs["ref"], config, lambda: children.started("reference"), dict(
-        common, role="reference", seed=secrets.randbits(48), checker=True,
+    reference = run_child(dirs["ref"], config, lambda: children.started("reference"), ReferenceJob(
+        **common, seed=secrets.randbits(48), checker=True,
         timed_dir=str(dirs["timed"]) if clock else None,
         measure_compile=config.measure_compile,
         problem_root=str(problem.root) if problem.root else None,
-        workloads=[w.model_dump(mode="json") for w in workloads], indices=list(range(len(workloads)))))
+        workloads=workloads, indices=list(range(len(workloads)))))
     children.phases["reference"] = reference.phases
     outcomes: list[_Outcome | None] = []
     runnable = []
@@ -229,13 +230,13 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
             log.exception("checking workload %s failed", uuid)
             verdicts[index] = Check(Status.RUNTIME_ERROR, f"checking these outputs failed in the evaluator: {error}")
 
-    candidate = run_child(dirs["cand"], config, lambda: children.started("candidate"), dict(
-        common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
+    candidate = run_child(dirs["cand"], config, lambda: children.started("candidate"), CandidateJob(
+        **common, outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
         entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
         language=solution.spec.language.value, gpu_handover=clock and config.gpu_handover,
         artifact_path=str(build.artifact_path) if build.artifact_path else None,
         destination_passing_style=solution.spec.destination_passing_style,
-        workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable,
+        workloads=[workloads[i] for i in runnable], indices=runnable,
         timed_sets=[ref_results[i]["timed_sets"] for i in runnable],
         # Each set's own seed, not the secret it was hashed from: it gives the set's values, which
         # the candidate gets anyway; with the outer clock, the timed sets' only at `go`. None: the

@@ -24,18 +24,19 @@ from services.evaluator.harness.inputs import NOT_REPRODUCED, digest, make_input
 from services.evaluator.languages.launch import foreign_kernels
 from services.evaluator.harness.phases import PHASES, phase, timing_plan, traceback_tail
 from services.evaluator.harness.timing import bind_runtime, sm_clock_mhz, synchronize, time_runs
+from services.evaluator.protocol import CandidateJob
 from shared.schema import Definition, Workload
 
 
 
-def run_candidate(job: dict, definition: Definition, workload: Workload, index: int,
+def run_candidate(job: CandidateJob, definition: Definition, workload: Workload, index: int,
                   device: torch.device, state: dict) -> dict[str, Any]:
     try:
         if "entry" not in state:
-            entry_for(job["language"]).preload()  # trusted imports, before the guard's snapshot
+            entry_for(job.language).preload()  # trusted imports, before the guard's snapshot
             bind_runtime(device)  # what the timer resets persisting L2 lines with, before the guard's snapshot
             # Output sets shared in GPU memory where the job says so and cuda-python is here (else files).
-            state["share"] = bool(job.get("gpu_handover")) and state["clock"] is not None \
+            state["share"] = bool(job.gpu_handover) and state["clock"] is not None \
                 and device.type == "cuda" and gpu_handover.bind(device)
             guard = state["guard"] = Guard()  # before the solution's code runs at all
             # The verdict's own path, bound before the solution may rebind this module's names.
@@ -44,15 +45,17 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
             state["verdict"][0](state["verdict"][1]())
         enforce, check, check_inputs, check_outputs, check_call = state["verdict"]
         entry = state["entry"]
-        dps = job["destination_passing_style"]
-        outputs_dir = Path(job["outputs_dir"])
-        rounds, timed_sets = job["correctness_rounds"], dict(zip(job["indices"], job["timed_sets"]))[index]
+        dps = job.destination_passing_style
+        outputs_dir = Path(job.outputs_dir)
+        rounds, timed_sets = job.correctness_rounds, dict(zip(job.indices, job.timed_sets))[index]
         axes = definition.resolve_axes(workload.axes)
+        k = job.indices.index(index)
+        given = [job.set_seeds[k], job.set_digests[k]]  # the timed sets' are added at the clock's `go`
         share = state["share"]
         held: dict[int, dict[str, Any]] = {}  # output sets kept on the device until `sealed`, where shared
         inputs: dict[str, Any] | None = None
         for s in range(rounds):
-            inputs = _input_set(job, definition, workload, index, s, device)
+            inputs = _input_set(job, definition, workload, index, s, device, given)
             before = snapshot(inputs)
             outputs = _call(entry, definition, axes, inputs, dps, device)
             enforce(check() or check_inputs(before, inputs) or check_outputs(outputs))
@@ -68,8 +71,9 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
         def hand_over() -> None:
             """The timed sets, once the outer clock said `go` (its seeds arrive with it) where it is on."""
             if clock is not None:
-                _take_timed_seeds(job, index, clock.ready(workload.uuid))
-            timed[:] = [_input_set(job, definition, workload, index, rounds + t, device) for t in range(timed_sets)]
+                given[:] = _with_timed_seeds(given, clock.ready(workload.uuid))
+            timed[:] = [_input_set(job, definition, workload, index, rounds + t, device, given)
+                        for t in range(timed_sets)]
             timed_before[:] = [snapshot(t) for t in timed]
 
         if clock is None:
@@ -93,7 +97,7 @@ def run_candidate(job: dict, definition: Definition, workload: Workload, index: 
             enforce(check_call())  # before the timer's end reading
 
         plan = dataclasses.replace(timing_plan(job), max_runs=timed_sets,
-                                   warmup_runs=job["warmup_runs"] if warm is not None else 0)
+                                   warmup_runs=job.warmup_runs if warm is not None else 0)
         clock_before = sm_clock_mhz(device)
         with phase("timing"):
             latency = time_runs(run, device, plan, prepare, hand_over if clock is not None else None)
@@ -143,15 +147,14 @@ class _NotReproduced(Exception):
     pass
 
 
-def _input_set(job: dict, definition: Definition, workload: Workload, index: int, s: int,
-               device: torch.device) -> dict[str, Any]:
-    """Input set `s` of the workload: made again from its seed where the job gives the seeds, and
-    then identical to the reference's (its digest) or refused; else loaded from its file."""
-    k = job["indices"].index(index)
-    seeds, digests = job["set_seeds"][k], job["set_digests"][k]
+def _input_set(job: CandidateJob, definition: Definition, workload: Workload, index: int, s: int,
+               device: torch.device, given: list) -> dict[str, Any]:
+    """Input set `s` of the workload: made again from its seed where `given` (seeds, digests) has
+    them, and then identical to the reference's (its digest) or refused; else loaded from its file."""
+    seeds, digests = given
     if seeds is None:
         with phase("load"):
-            return tensorfile.load(Path(job["inputs_dir"]) / f"w{index}_s{s}.st", device)
+            return tensorfile.load(Path(job.inputs_dir) / f"w{index}_s{s}.st", device)
     with phase("inputs"):
         inputs = make_inputs(definition, workload, seeds[s], device, None, None)
     with phase("digest"):
@@ -186,12 +189,12 @@ def _share(held: dict[int, dict[str, Any]], device: torch.device, outputs_dir: P
     return shared, keep
 
 
-def _take_timed_seeds(job: dict, index: int, go: dict[str, Any]) -> None:
-    """The timed sets' seeds and digests, which the outer clock's `go` carries (None: files)."""
-    k = job["indices"].index(index)
-    if go.get("set_seeds") is not None:
-        job["set_seeds"][k] = [*job["set_seeds"][k], *go["set_seeds"]]
-        job["set_digests"][k] = [*job["set_digests"][k], *go["set_digests"]]
+def _with_timed_seeds(given: list, go: dict[str, Any]) -> list:
+    """(seeds, digests) with the timed sets' added, which the outer clock's `go` carries (None: files)."""
+    seeds, digests = given
+    if go.get("set_seeds") is None:
+        return given
+    return [[*seeds, *go["set_seeds"]], [*digests, *go["set_digests"]]]
 
 
 def _enforce(violation: str | None) -> None:

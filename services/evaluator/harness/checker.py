@@ -27,7 +27,7 @@ import torch
 
 from services.evaluator.harness.checks import check_sets
 from services.evaluator.harness.correctness import Check
-from services.evaluator.protocol import MAX_CHECK_REQUEST, send
+from services.evaluator.protocol import MAX_CHECK_REQUEST, ReferenceJob, send
 from shared.process import protect_self
 from shared.schema import Definition, Status, Workload
 
@@ -38,13 +38,13 @@ def open_channel(fd: int) -> tuple[socket.socket, Any]:
     return sock, sock.makefile("rb")
 
 
-def serve(sock: socket.socket, reader, job: dict[str, Any], definition: Definition, workloads: dict[int, Workload],
+def serve(sock: socket.socket, reader, job: ReferenceJob, definition: Definition, workloads: dict[int, Workload],
           expected: dict[str, dict[str, Any]], device: torch.device) -> None:
     """Answer `check` requests until `quit` or the channel closes. Each workload's expected sets
     are dropped once it has been checked (it is checked once)."""
     protect_self()  # from here the process outlives its own work, beside the candidate's
     send(sock, {"op": "checking", "uuid": ""})
-    rounds = job["correctness_rounds"]
+    rounds = job.correctness_rounds
     while True:
         line = reader.readline(MAX_CHECK_REQUEST)
         if not line:

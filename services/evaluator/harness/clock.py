@@ -9,7 +9,7 @@ import json
 import socket
 from typing import Any
 
-from services.evaluator.protocol import MAX_CHILD_LINE, MAX_GO_LINE, send
+from services.evaluator.protocol import MAX_CHILD_LINE, MAX_GO_LINE, Job, send
 
 
 class ClockLost(RuntimeError):
@@ -24,8 +24,8 @@ class HarnessClock:
         self._reader = self._socket.makefile("rb")
 
     @classmethod
-    def from_job(cls, job: dict[str, Any]) -> HarnessClock | None:
-        fd = job.get("clock_fd")
+    def from_job(cls, job: Job) -> HarnessClock | None:
+        fd = job.clock_fd
         return cls(fd) if isinstance(fd, int) else None
 
     def ready(self, uuid: str) -> dict[str, Any]:

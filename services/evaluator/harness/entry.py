@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from services.evaluator.languages import entry_for
+from services.evaluator.protocol import CandidateJob
 from services.evaluator.harness.inputs import torch_dtype
 from shared.schema import Definition
 
@@ -50,19 +51,19 @@ def as_outputs(definition: Definition, returned: Any) -> dict[str, Any]:
     return dict(zip(names, returned))
 
 
-def load_entry(job: dict):
+def load_entry(job: CandidateJob):
     """The solution's entry for its language (`languages.REGISTRY`): its Python entry where it has
     one, as the language's loader makes it."""
-    language = entry_for(job["language"])
+    language = entry_for(job.language)
     entry = None
     if language.python_entry:
-        source_dir = Path(job["solution_dir"])
-        path = source_dir / job["entry_file"]
+        source_dir = Path(job.solution_dir)
+        path = source_dir / job.entry_file
         sys.path.insert(0, str(source_dir))
-        module = load_module("solution_entry", path.read_text(), job["tunables"], str(path))
-        entry = getattr(module, job["entry_symbol"], None)
+        module = load_module("solution_entry", path.read_text(), job.tunables, str(path))
+        entry = getattr(module, job.entry_symbol, None)
         if not callable(entry):
-            raise AttributeError(f"{job['entry_file']} defines no callable `{job['entry_symbol']}`")
+            raise AttributeError(f"{job.entry_file} defines no callable `{job.entry_symbol}`")
     return language.load(entry, job)
 
 

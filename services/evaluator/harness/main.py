@@ -26,7 +26,6 @@ done. The parent owns every verdict; the child only reports what happened.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
@@ -38,15 +37,15 @@ import torch
 from services.evaluator.harness import checker
 from services.evaluator.harness.candidate import run_candidate
 from services.evaluator.harness.clock import HarnessClock
-from services.evaluator.harness.phases import PHASES, write_json
+from services.evaluator.harness.phases import write_results
 from services.evaluator.harness.reference_role import EXPECTED, run_reference
-from services.evaluator.protocol import READY_FILE
-from shared.schema import Definition, Workload
+from services.evaluator.protocol import READY_FILE, WorkloadResult, read_job
 
 
 def main(argv: list[str]) -> int:
-    """`python -m services.evaluator.harness JOB.json` runs a job now; `... --wait DEVICE` (a spare started ahead of its
-    attempt) first imports and initialises the device, then reads the job's path from stdin."""
+    """`python -m services.evaluator.harness JOB.json` runs a job now; `... --wait DEVICE` (a spare
+    started ahead of its attempt) first imports and initialises the device, then reads the job's
+    path from stdin."""
     if argv[:1] == ["--wait"]:
         _warm_up(argv[1])
         job_path = sys.stdin.readline().strip()
@@ -54,22 +53,21 @@ def main(argv: list[str]) -> int:
             return 0  # the evaluator let this spare go unused
     else:
         job_path = argv[0]
-    job = json.loads(Path(job_path).read_text())
-    definition = Definition.model_validate(job["definition"])
-    workloads = [Workload.model_validate(w) for w in job["workloads"]]
-    device = torch.device(job["device"])
+    job = read_job(Path(job_path).read_bytes())
+    definition, workloads = job.definition, job.workloads
+    device = torch.device(job.device)
     if device.type == "cuda":
         device = torch.device("cuda", device.index or 0)
         torch.cuda.set_device(device)
-    result_path = Path(job["result_path"])
-    results: list[dict[str, Any]] = []
-    untrusted = job["role"] == "candidate"
+    result_path = Path(job.result_path)
+    results: list[WorkloadResult] = []
+    untrusted = job.role == "candidate"
     run = run_candidate if untrusted else run_reference
     state: dict[str, Any] = {"clock": HarnessClock.from_job(job)}  # before the solution loads
     try:
-        for index, workload in zip(job["indices"], workloads):
-            results.append({"uuid": workload.uuid, **run(job, definition, workload, index, device, state)})
-            write_json(result_path, {"workloads": results, "phases": {k: round(v, 4) for k, v in PHASES.items()}})
+        for index, workload in zip(job.indices, workloads):
+            results.append(WorkloadResult(uuid=workload.uuid, **run(job, definition, workload, index, device, state)))
+            write_results(result_path, results)
     except BaseException:  # the solution's SystemExit, say: still no exit handler of its own runs
         if not untrusted:
             raise
@@ -77,9 +75,9 @@ def main(argv: list[str]) -> int:
         _exit_now(1)
     if untrusted:
         _exit_now(0)
-    if isinstance(job.get("checker_fd"), int):  # the reference's process becomes the attempt's checker
-        sock, reader = state["clock"].channel() if state["clock"] is not None else checker.open_channel(job["checker_fd"])
-        checker.serve(sock, reader, job, definition, dict(zip(job["indices"], workloads)),
+    if isinstance(job.checker_fd, int):  # the reference's process becomes the attempt's checker
+        sock, reader = state["clock"].channel() if state["clock"] is not None else checker.open_channel(job.checker_fd)
+        checker.serve(sock, reader, job, definition, dict(zip(job.indices, workloads)),
                       EXPECTED, device)
     return 0
 

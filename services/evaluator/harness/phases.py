@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 
 from services.evaluator.harness.timing import TimingPlan
+from services.evaluator.protocol import Job, WorkloadResult
 
 MAX_TRACEBACK_CHARS = 4000
 
@@ -33,13 +34,19 @@ def phase(name: str):
             _ACTIVE[-1][1] += spent
 
 
-def timing_plan(job: dict) -> TimingPlan:
-    return TimingPlan(job["warmup_runs"], job["timing_runs"], job["timing_budget_s"])
+def timing_plan(job: Job) -> TimingPlan:
+    return TimingPlan(job.warmup_runs, job.timing_runs, job.timing_budget_s)
 
 
 def traceback_tail() -> str:
     text = traceback.format_exc()
     return text if len(text) <= MAX_TRACEBACK_CHARS else "...\n" + text[-MAX_TRACEBACK_CHARS:]
+
+
+def write_results(path: Path, results: list[WorkloadResult]) -> None:
+    """The child's `result.json`: every workload's result so far and the phases' seconds."""
+    write_json(path, {"workloads": [r.model_dump(mode="json", exclude_none=True) for r in results],
+                      "phases": {k: round(v, 4) for k, v in PHASES.items()}})
 
 
 def write_json(path: Path, data: dict) -> None:

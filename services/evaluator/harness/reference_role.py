@@ -21,6 +21,7 @@ from services.evaluator.harness.entry import as_outputs, load_module
 from services.evaluator.harness.inputs import InputError, digest, make_inputs, regenerable
 from services.evaluator.harness.phases import PHASES, phase, timing_plan, traceback_tail
 from services.evaluator.harness.timing import synchronize, time_runs
+from services.evaluator.protocol import ReferenceJob
 from shared.schema import Definition, Workload
 
 
@@ -32,7 +33,7 @@ def set_seed(secret: int, workload: int, input_set: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 2
 
 
-def run_reference(job: dict, definition: Definition, workload: Workload, index: int,
+def run_reference(job: ReferenceJob, definition: Definition, workload: Workload, index: int,
                   device: torch.device, state: dict) -> dict[str, Any]:
     if "module" not in state:
         try:
@@ -43,9 +44,9 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
     reference = state["module"]
     if reference is None:
         return {"status": "INVALID_REFERENCE", "message": state["error"]}
-    rounds = job["correctness_rounds"]
+    rounds = job.correctness_rounds
     # (seed, digest) per set where the candidate makes the sets again; None: they travel as files
-    sets: list[tuple[int, list]] | None = [] if job.get("regenerate_inputs") and regenerable(workload) else None
+    sets: list[tuple[int, list]] | None = [] if job.regenerate_inputs and regenerable(workload) else None
     batch: dict[str, Any] = {}
 
     def begin() -> None:
@@ -71,12 +72,12 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
     result: dict[str, Any] = {"status": "OK", "latency": latency.as_dict(), "timed_sets": timed_sets}
     if sets is not None:  # for the candidate's job: it makes these sets again
         result.update(set_seeds=[seed for seed, _ in sets], set_digests=[made for _, made in sets])
-    if job.get("measure_compile"):
+    if job.measure_compile:
         result.update(_time_compiled(reference, timing_inputs, device, job))
     return result
 
 
-def _timed_sets(job: dict, definition: Definition, workload: Workload, index: int, device: torch.device,
+def _timed_sets(job: ReferenceJob, definition: Definition, workload: Workload, index: int, device: torch.device,
                 reference: ModuleType, sets: list | None) -> tuple[dict[str, Any], int]:
     """The timed runs' input sets, one per timed run, so that no timed run sees values that an
     earlier call saw: a cache keyed on input values, whatever its key, never hits where the time
@@ -87,14 +88,14 @@ def _timed_sets(job: dict, definition: Definition, workload: Workload, index: in
     under `timed_bytes` and their making under the timing budget, which bounds the candidate's
     memory (it holds each set, the guard's masked copy and the outputs) and the attempt's time.
     Returns the first set (the reference is timed on it) and the number made."""
-    first_set = job["correctness_rounds"]
+    first_set = job.correctness_rounds
     wanted = timing_plan(job).wanted_runs(device)
-    floor = min(job["timing_sets"], wanted)
+    floor = min(job.timing_sets, wanted)
     began = time.perf_counter()
     first, set_bytes = _reference_set(job, definition, workload, index, first_set, device, reference, sets)
     made = 1
-    while made < wanted and (made < floor or ((made + 1) * set_bytes <= job["timed_bytes"]
-                                              and time.perf_counter() - began <= job["timing_budget_s"])):
+    while made < wanted and (made < floor or ((made + 1) * set_bytes <= job.timed_bytes
+                                              and time.perf_counter() - began <= job.timing_budget_s)):
         _reference_set(job, definition, workload, index, first_set + made, device, reference, sets)
         made += 1
     return first, made
@@ -127,26 +128,26 @@ class _SetFailed(Exception):
         self.status, self.message = status, message
 
 
-def _reference_set(job: dict, definition: Definition, workload: Workload, index: int, s: int,
+def _reference_set(job: ReferenceJob, definition: Definition, workload: Workload, index: int, s: int,
                    device: torch.device, reference: ModuleType, sets: list | None) -> tuple[dict[str, Any], int]:
     """Input set `s`: drawn from its own seed; its seed and digest appended to `sets` where the
     candidate makes it again, else saved for the candidate; the reference's outputs saved where
     the candidate cannot read them. Returns the inputs and the set's bytes (both sides).
     A set on which the reference's own outputs fail the tolerance against themselves (NaN, or -inf
     the workload does not allow) makes the workload INVALID_REFERENCE: no solution could pass it."""
-    seed = set_seed(job["seed"], index, s)
+    seed = set_seed(job.seed, index, s)
     try:
         with phase("inputs"):
             inputs = make_inputs(definition, workload, seed, device,
-                                 Path(job["problem_root"]) if job.get("problem_root") else None, reference)
+                                 Path(job.problem_root) if job.problem_root else None, reference)
     except InputError as error:
         raise _SetFailed("INPUT_ERROR", str(error)) from None
     except Exception:
         raise _SetFailed("INVALID_REFERENCE", "making inputs failed:\n" + traceback_tail()) from None
     if sets is None:  # a timed set's file hidden until the outer clock's `go`, where the clock is on
-        folder = job.get("timed_dir") if s >= job["correctness_rounds"] else None
+        folder = job.timed_dir if s >= job.correctness_rounds else None
         with phase("save"):
-            tensorfile.save(inputs, Path(folder or job["inputs_dir"]) / f"w{index}_s{s}.st")
+            tensorfile.save(inputs, Path(folder or job.inputs_dir) / f"w{index}_s{s}.st")
     else:
         with phase("digest"):  # before the reference runs, as the file was saved before it
             sets.append((seed, digest(inputs)))
@@ -166,7 +167,7 @@ def _reference_set(job: dict, definition: Definition, workload: Workload, index:
     return inputs, sum(v.nbytes for v in (*inputs.values(), *outputs.values()) if isinstance(v, torch.Tensor))
 
 
-def _time_compiled(reference: ModuleType, inputs: dict[str, Any], device: torch.device, job: dict) -> dict[str, Any]:
+def _time_compiled(reference: ModuleType, inputs: dict[str, Any], device: torch.device, job: ReferenceJob) -> dict[str, Any]:
     """torch.compile on the reference, for T_b. A reference that does not compile has no such time."""
     try:
         compiled = torch.compile(reference.run)

@@ -88,7 +88,8 @@ class LanguageEntry:
         if preload is not None:
             preload()
 
-    def load(self, entry: Any, job: dict[str, Any]) -> Any:
+    def load(self, entry: Any, job: Any) -> Any:
+        """In the candidate's child: the entry as the language calls it (`job`: its `CandidateJob`)."""
         module = self._module(self.loader)
         return module.load(entry, job) if module is not None else entry
 

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from services.evaluator.languages import CompiledEntry, CompileFailed
+from services.evaluator.protocol import CandidateJob
 
 MAX_MESSAGE_CHARS = 4000
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the DSL colours its diagnostics
@@ -44,7 +45,7 @@ def preload() -> None:
     import cutlass.cute  # noqa: F401  (trusted, and before the guard's snapshot)
 
 
-def load(entry: Any, job: dict[str, Any]) -> CuteEntry:
+def load(entry: Any, job: CandidateJob) -> CuteEntry:
     return CuteEntry(entry)
 
 

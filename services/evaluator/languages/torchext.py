@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from services.evaluator.languages import Built
+from services.evaluator.protocol import CandidateJob
 from services.evaluator.languages.nvcc import (BuildCache, Cubin, compiler_excerpt, define_flags, from_cache, nvcc_version,
                                     write_sources)
 from shared.schema import Solution
@@ -65,11 +66,11 @@ def build(solution: Solution, target: Path, tunables: dict[str, object], arch: s
     return Built(True, artifact=library, seconds=built.seconds, cached=built.cached)
 
 
-def load(entry: Any, job: dict[str, Any]) -> Any:
+def load(entry: Any, job: CandidateJob) -> Any:
     """In the candidate's child: the entry is a function of the built extension module (the entry
     point's file is C++; there is no Python entry)."""
-    library = Path(job["artifact_path"])
-    symbol = job["entry_symbol"]
+    library = Path(job.artifact_path)
+    symbol = job.entry_symbol
     loader = importlib.machinery.ExtensionFileLoader(library.stem, str(library))
     spec = importlib.util.spec_from_loader(library.stem, loader)
     module = importlib.util.module_from_spec(spec)
