@@ -31,7 +31,7 @@ class EvalConfig:
     reference_timeout_s: float = 900.0  # the trusted reference child's limit (torch.compile included)
     workload_timeout_s: float | None = 120.0  # the candidate killed when one workload takes longer
     spares: Spares | None = None  # children started ahead (the evaluator service); None: start on demand
-    fork_server: bool = True  # children forked from a warm fork server (sandbox.start_child)
+    fork_server: bool = True  # children forked from a warm fork server (`isolation.start_child`)
     timed_bytes: int = 256 << 20  # beyond `timing_sets`, a workload's timed sets (inputs and outputs) stay under this
     # Random input sets made again in the candidate from their seeds instead of passed as files.
     # None: on a GPU only, where drawing a set takes milliseconds; on a CPU, mapping a file from

@@ -1,7 +1,7 @@
 """Children started ahead of their attempts, so that an attempt does not wait for Python to import
 torch and for the GPU's context to be created (seconds, twice per attempt).
 
-A spare is an ordinary child (`child.py --wait DEVICE`) with the same sandbox as one started on
+A spare is an ordinary child (`python -m services.evaluator.harness --wait DEVICE`) with the same sandbox as one started on
 demand; it only waits for its job. Each attempt takes one spare per role and uses it once; taking
 one starts its replacement, which imports and creates its GPU context while the attempt runs (on
 other CPU cores; the context's creation is the only GPU work it does before its own job).
@@ -81,7 +81,7 @@ class Spares:
         root = make_folder(role[:3], self.scratch)
         (root / home).mkdir(mode=0o700)
         # A candidate writes its home and its outputs (the attempt's `outputs` folder, made now:
-        # what it may write is fixed when it starts), nothing else (`sandbox.candidate_view`).
+        # what it may write is fixed when it starts), nothing else (`isolation.candidate_view`).
         own = (root / home, root / OUTPUTS) if role == "candidate" else ()
         for folder in own[1:]:
             folder.mkdir(mode=0o700)

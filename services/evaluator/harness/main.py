@@ -34,11 +34,9 @@ from typing import Any
 
 import torch
 
-from services.evaluator.harness import checker
 from services.evaluator.harness.candidate import run_candidate
 from services.evaluator.harness.clock import HarnessClock
 from services.evaluator.harness.phases import write_results
-from services.evaluator.harness.reference_role import EXPECTED, run_reference
 from services.evaluator.protocol import READY_FILE, WorkloadResult, read_job
 
 
@@ -62,7 +60,10 @@ def main(argv: list[str]) -> int:
     result_path = Path(job.result_path)
     results: list[WorkloadResult] = []
     untrusted = job.role == "candidate"
-    run = run_candidate if untrusted else run_reference
+    if untrusted:
+        run = run_candidate
+    else:  # the trusted role's code: never imported by a candidate started as a new interpreter
+        from services.evaluator.harness.reference_role import run_reference as run
     state: dict[str, Any] = {"clock": HarnessClock.from_job(job)}  # before the solution loads
     try:
         for index, workload in zip(job.indices, workloads):
@@ -76,6 +77,9 @@ def main(argv: list[str]) -> int:
     if untrusted:
         _exit_now(0)
     if isinstance(job.checker_fd, int):  # the reference's process becomes the attempt's checker
+        from services.evaluator.harness import checker
+        from services.evaluator.harness.reference_role import EXPECTED
+
         sock, reader = state["clock"].channel() if state["clock"] is not None else checker.open_channel(job.checker_fd)
         checker.serve(sock, reader, job, definition, dict(zip(job.indices, workloads)),
                       EXPECTED, device)

@@ -45,7 +45,7 @@ def traceback_tail() -> str:
 
 def write_results(path: Path, results: list[WorkloadResult]) -> None:
     """The child's `result.json`: every workload's result so far and the phases' seconds."""
-    write_json(path, {"workloads": [r.model_dump(mode="json", exclude_none=True) for r in results],
+    write_json(path, {"workloads": [r.model_dump(exclude_none=True) for r in results],
                       "phases": {k: round(v, 4) for k, v in PHASES.items()}})
 
 

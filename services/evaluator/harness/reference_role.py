@@ -1,8 +1,9 @@
 """The reference role of an attempt's child (trusted): every input set drawn from a seed of its own,
 hashed from the attempt's secret; the reference run on each; the expected outputs saved where the
 candidate cannot read them; the sets passed on to the candidate as seeds and digests or as files;
-the reference timed eager (and under torch.compile, for T_b). Runs inside `child.main`, whose
-phases, timing plan and traceback helpers it shares; the candidate's process never imports it.
+the reference timed eager (and under torch.compile, for T_b). Runs inside the harness's `main`, whose
+phases, timing plan and traceback helpers (`phases.py`) it shares with the candidate; the
+candidate's process does not import it (unless forked from the fork server, which preloads both).
 """
 
 from __future__ import annotations

@@ -79,7 +79,8 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 
 def serve(control_fd: int) -> None:
-    from services.evaluator.harness import main  # noqa: F401  (the harness imported once here, inherited by every fork)
+    # The harness imported once here, both roles and the checker, and inherited by every fork.
+    from services.evaluator.harness import checker, main, reference_role  # noqa: F401
     from services.evaluator.sandbox.confine import confine
     from services.evaluator.sandbox.fsview import encoded_view
 

@@ -168,7 +168,7 @@ def _world_usable(path: Path) -> bool:
 @dataclass
 class StartedChild:
     """A child started ahead of its job: it imports what it needs, then waits for one line on
-    stdin, the path of its job (`child.py`), and only then does anything the job asks. `channel`
+    stdin, the path of its job (`harness/main.py`), and only then does anything the job asks. `channel`
     is the evaluator's end of a private socket pair whose other end the child holds as descriptor
     `channel_fd` (the outer clock's, `outer_clock`)."""
     process: subprocess.Popen
