@@ -40,7 +40,7 @@ def child(args: argparse.Namespace) -> None:
     import torch
     from cuda.bindings import driver, runtime
 
-    from services.evaluator import tensorfile
+    from services.evaluator.harness import tensorfile
     device = torch.device("cuda")
     tensors = [torch.rand(n // 4, device=device) for n in _sizes(args.sets, args.min_kib, args.max_mib)]
     torch.cuda.synchronize()
@@ -80,7 +80,7 @@ def main() -> None:
     import torch
     from cuda.bindings import runtime
 
-    from services.evaluator import tensorfile
+    from services.evaluator.harness import tensorfile
     torch.cuda.init()
     torch.zeros(1, device="cuda")
     folder = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from library import REPO, _geomean, measure  # bench/library.py: how a seed is evaluated and read
-from services.evaluator.evaluate import EvalConfig
+from services.evaluator.config import EvalConfig
 from services.evaluator.spares import Spares
 
 PROBLEMS = ["gemma3_geglu", "llama31_8b_rmsnorm", "llama31_8b_gemm_o_proj"]

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import torch
 
-from services.evaluator.evaluate import EvalConfig, evaluate
+from services.evaluator.config import EvalConfig
+
+from services.evaluator.evaluate import evaluate
 from shared.schema import Solution, load_problem
 
 # name -> (reference body, shape axes, dtype, solution body)

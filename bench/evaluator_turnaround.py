@@ -26,7 +26,9 @@ from pathlib import Path
 
 import torch
 
-from services.evaluator.evaluate import EvalConfig, evaluate, warm_up
+from services.evaluator.config import EvalConfig
+
+from services.evaluator.evaluate import evaluate, warm_up
 from services.evaluator.spares import HOMES, SPARE_READY_S, Spares
 from shared.hardware import cpu_name
 from shared.schema import Solution, load_problem

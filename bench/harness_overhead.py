@@ -32,10 +32,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.evaluator import timing  # noqa: E402
-from services.evaluator.entry import empty_outputs  # noqa: E402
-from services.evaluator.guards import snapshot  # noqa: E402
-from services.evaluator.inputs import digest, make_inputs  # noqa: E402
+from services.evaluator.harness import timing  # noqa: E402
+from services.evaluator.harness.entry import empty_outputs  # noqa: E402
+from services.evaluator.harness.guards import snapshot  # noqa: E402
+from services.evaluator.harness.inputs import digest, make_inputs  # noqa: E402
 from shared.schema import load_problem  # noqa: E402
 from shared.sol_count import load_reference  # noqa: E402
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from evaluator_fidelity import KERNELS, call_on, make_tensors  # noqa: E402
-from services.evaluator import timing  # noqa: E402
+from services.evaluator.harness import timing  # noqa: E402
 
 SPIN_CYCLES = 100_000  # about 50 us at 2 GHz: the call is queued before the GPU reaches it
 STATES = ("dirty/same", "dirty/fresh", "clean/same", "clean/fresh")

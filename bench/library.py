@@ -28,7 +28,9 @@ from pathlib import Path
 
 import torch
 
-from services.evaluator.evaluate import EvalConfig, evaluate
+from services.evaluator.config import EvalConfig
+
+from services.evaluator.evaluate import evaluate
 from services.evaluator.spares import Spares
 from shared.schema import load_problem
 

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import torch
 
-from services.evaluator.evaluate import EvalConfig, evaluate
+from services.evaluator.config import EvalConfig
+
+from services.evaluator.evaluate import evaluate
 from shared.schema import Problem, Solution, Workload, load_problem
 from shared.schema.problem import find_problems
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from services.evaluator import fsview, sandbox  # noqa: E402
+from services.evaluator.sandbox import fsview, isolation as sandbox  # noqa: E402
 
 VARIANTS = {
     "none": "no view",

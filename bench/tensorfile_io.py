@@ -56,7 +56,7 @@ def safetensors_save(values: dict, path: Path) -> None:
 def one_case(device: str, mib: int, writer: str, repeats: int, folder: str) -> dict:
     import torch
 
-    from services.evaluator import tensorfile
+    from services.evaluator.harness import tensorfile
 
     tensor = torch.empty(mib << 19, device=device, dtype=torch.bfloat16).normal_()  # no float32 temporary
     path = Path(folder) / f"set-{writer}.st"

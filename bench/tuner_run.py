@@ -99,7 +99,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("tuner-run.json"))
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
-    from services.evaluator.evaluate import EvalConfig
+    from services.evaluator.config import EvalConfig
     from shared.settings import Settings
 
     rows = []

@@ -55,7 +55,7 @@ COPY docker/init.py docker/healthcheck.py docker/
 
 # The image runs as `kernelswarm`. docker-compose.yml starts the evaluator as root *in its container*
 # so that the sandbox can run candidates as `nobody` in a network namespace of their own
-# (services/evaluator/sandbox.py); see docs/deploy.md, "The evaluator's sandbox".
+# (services/evaluator/sandbox/isolation.py); see docs/deploy.md, "The evaluator's sandbox".
 RUN useradd --create-home --uid 10001 --user-group kernelswarm \
  && mkdir -p /var/lib/kernelswarm \
  && chown kernelswarm:kernelswarm /var/lib/kernelswarm

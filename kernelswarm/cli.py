@@ -103,7 +103,8 @@ def add_campaign_commands(commands) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from services.evaluator.evaluate import EvalConfig, evaluate
+    from services.evaluator.config import EvalConfig
+    from services.evaluator.evaluate import evaluate
     from shared.store import open_store
 
     settings = Settings.from_env(device=args.device)

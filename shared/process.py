@@ -29,6 +29,14 @@ def libc() -> ctypes.CDLL:
     return lib
 
 
+@functools.cache
+def protect_self() -> None:
+    """This process is not dumpable from now on: a process of the same user without CAP_SYS_PTRACE
+    (a candidate that could not become `nobody`) cannot read its /proc/<pid>/mem or environ, nor
+    attach to it. Children it forks inherit it; what they exec does not."""
+    libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 def set_parent_death_signal(sig: int, lib: ctypes.CDLL) -> None:
     """In a forked child before exec: `sig` when the forking thread ends. After any change of
     identity, which clears it; exec keeps it."""

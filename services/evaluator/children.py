@@ -10,14 +10,14 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from services.evaluator.checker import Checker
+from services.evaluator.config import EvalConfig
+from services.evaluator.harness.correctness import Check
 from services.evaluator.outer_clock import OuterClock, allowed_ms, judge
-from services.evaluator.sandbox import StartedChild, finish_child, unprivileged_ids
-
-if TYPE_CHECKING:
-    from services.evaluator.evaluate import EvalConfig
+from services.evaluator.protocol import MAX_CHECK_REPLY, CandidateJob, ReferenceJob, WorkloadResult, send
+from services.evaluator.sandbox.isolation import StartedChild, finish_child, unprivileged_ids
+from shared.schema import Status
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class ChildResults:
         return done + [missing] + [later] * (len(uuids) - len(done) - 1)
 
 
-def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild], job: dict[str, Any],
+def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild], job: ReferenceJob | CandidateJob,
               hand_over: Callable[[str], dict[str, Any]] = lambda uuid: {},
               seal: Callable[[str, int], None] | None = None) -> ChildResults:
     """Runs one role's job. The candidate's folders are handed over before its child starts: a
@@ -88,18 +88,18 @@ def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild],
     `seal(uuid, runs)` at each `end`). A reference job with `checker` set returns once the
     reference said `checking`, its process left running as the attempt's checker (`checker`)."""
     result_path = home / "result.json"
-    job["result_path"] = str(result_path)
-    untrusted = job["role"] == "candidate"
-    checks = not untrusted and bool(job.get("checker"))  # the reference's process stays on as the checker
+    untrusted = isinstance(job, CandidateJob)
+    checks = not untrusted and job.checker  # the reference's process stays on as the checker
     if untrusted:
-        hand_over_folders(home, Path(job["inputs_dir"]), Path(job["outputs_dir"]))
+        hand_over_folders(home, Path(job.inputs_dir), Path(job.outputs_dir))
     child = start()
-    clock = OuterClock(child.channel, [w["uuid"] for w in job["workloads"]], hand_over, seal, checker=checks) \
+    clock = OuterClock(child.channel, [w.uuid for w in job.workloads], hand_over, seal, checker=checks) \
         if config.outer_clock or checks else None
-    job["clock_fd"] = child.channel_fd if config.outer_clock else None
-    job["checker_fd"] = child.channel_fd if checks else None
+    job = job.model_copy(update={"result_path": str(result_path),
+                                 "clock_fd": child.channel_fd if config.outer_clock else None,
+                                 "checker_fd": child.channel_fd if checks else None})
     job_path = home / "job.json"
-    job_path.write_text(json.dumps(job))  # read by the child only once its stdin gives the path
+    job_path.write_text(job.model_dump_json())  # read by the child only once its stdin gives the path
     timeout_s = config.attempt_timeout_s if untrusted else max(config.attempt_timeout_s, config.reference_timeout_s)
     stall_s = config.workload_timeout_s if untrusted else None
     if clock is not None:
@@ -119,12 +119,12 @@ def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild],
     phases: dict[str, float] = {}
     try:
         reported = json.loads(result_path.read_text()) if result_path.exists() else {"workloads": []}
-        workloads = reported["workloads"]
+        workloads = [WorkloadResult.model_validate(w).model_dump(exclude_none=True) for w in reported["workloads"]]
         phases = {str(k): float(v) for k, v in reported.get("phases", {}).items()}
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError):  # a ValidationError is a ValueError
         workloads = [{"uuid": None}]  # a result file that is not ours: counted as forged below
     if run.exit_code not in (0, None) or run.timed_out:
-        log.info("child %s exited %s timed_out=%s stalled=%s", job["role"], run.exit_code, run.timed_out,
+        log.info("child %s exited %s timed_out=%s stalled=%s", job.role, run.exit_code, run.timed_out,
                  run.stalled)
     return ChildResults(workloads, run.timed_out, run.exit_code, run.log, stall_s if run.stalled else timeout_s,
                          run.stalled, phases, clock if config.outer_clock else None, checker, run.memory_exceeded_bytes)
@@ -144,3 +144,39 @@ def hand_over_folders(home: Path, inputs: Path, outputs: Path) -> None:
     for folder in (home, outputs):
         for path in (folder, *folder.rglob("*")):
             os.chown(path, *ids)
+
+
+class Checker:
+    """The evaluator's handle on the reference's process once it said `checking`."""
+
+    def __init__(self, child: StartedChild, timeout_s: float) -> None:
+        self.child = child
+        child.channel.settimeout(timeout_s)
+        self._reader = child.channel.makefile("rb")
+        self._lost: str | None = None  # once a reply is missing or out of turn, no later one is trusted
+
+    def check(self, index: int, runs: int, outputs_dir: Path, shared: dict | None = None) -> Check:
+        """Workload `index`'s correctness rounds and first `runs` timed runs, as they are now: from
+        their files, or from the candidate's GPU memory for the sets in `shared` (`gpu_handover`)."""
+        if self._lost is None:
+            try:
+                send(self.child.channel, {"op": "check", "index": index, "runs": runs,
+                                           "outputs_dir": str(outputs_dir), "shared": shared})
+                line = self._reader.readline(MAX_CHECK_REPLY)
+                reply = json.loads(line) if line else None
+            except (OSError, ValueError) as error:
+                reply, line = None, str(error).encode()
+            if isinstance(reply, dict) and "status" in reply and reply.get("index") == index:
+                return Check.from_dict(reply)
+            self._lost = repr(line[:200])
+        return Check(Status.RUNTIME_ERROR, f"the attempt's checker (the reference's process) stopped answering "
+                                           f"before it checked these outputs ({self._lost}); not the solution's "
+                                           f"verdict")
+
+    def close(self) -> None:
+        try:
+            send(self.child.channel, {"op": "quit"})
+        except OSError:
+            pass  # already gone
+        self._reader.close()
+        self.child.kill()

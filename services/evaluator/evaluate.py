@@ -25,16 +25,18 @@ from pathlib import Path
 
 import torch
 
-from services.evaluator import memcap
-from services.evaluator.build import Build, build_solution
-from services.evaluator.checks import reference_failed, timed_runs
+from services.evaluator.sandbox import memcap
+from services.evaluator.languages.build import Build, build_solution
+from services.evaluator.harness.checks import reference_failed, timed_runs
 from services.evaluator.children import run_child
-from services.evaluator.correctness import Check
-from services.evaluator.inputs import NOT_REPRODUCED
-from services.evaluator.nvcc import BuildCache, arch_for
+from services.evaluator.config import EvalConfig
+from services.evaluator.harness.correctness import Check
+from services.evaluator.harness.inputs import NOT_REPRODUCED
+from services.evaluator.languages.nvcc import arch_for
 from services.evaluator.outer_clock import timed_hand_over
-from services.evaluator.sandbox import StartedChild, memory_limit, shared_folders, start_child
-from services.evaluator.spares import HOMES, OUTPUTS, SPARE_READY_S, Spare, Spares, discard
+from services.evaluator.protocol import CandidateJob, ReferenceJob
+from services.evaluator.sandbox.isolation import StartedChild, memory_limit, shared_folders, start_child
+from services.evaluator.spares import HOMES, OUTPUTS, SPARE_READY_S, Spare, discard
 from services.evaluator.score import below_the_host_clock, count_ahead, hardware_for, score_workload
 from services.evaluator.scratch import make_folder, sweep_folders
 from shared.hardware import HardwareSpec, cpu_name
@@ -43,61 +45,11 @@ from shared.schema import (
     Trace,
     Workload,
 )
-from shared.settings import Settings
 from shared.sol import problem_score
 
 log = logging.getLogger(__name__)
 
-CHILD = ["-m", "services.evaluator.child"]
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    device: str
-    correctness_rounds: int = 3
-    timing_sets: int = 3  # timed input sets per workload at least (one per timed run while `timed_bytes` allows)
-    warmup_runs: int = 2
-    timing_runs: int = 20
-    timing_budget_s: float = 1.0
-    attempt_timeout_s: float = 300.0  # the candidate child's hard limit
-    scratch_dir: Path | None = None
-    build_cache: BuildCache | None = None  # cubins by build key (the object store)
-    arch: str | None = None  # nvcc target; default: the device's own (sm_90a on an H200)
-    hardware: HardwareSpec | None = None  # SOL ceilings; default: the row of the CUDA device, none on a CPU
-    measure_compile: bool = False  # time torch.compile on the reference too (T_b), when not cached
-    compile_baselines: dict[str, float | None] | None = None  # cached torch.compile times (None: fails)
-    reference_timeout_s: float = 900.0  # the trusted reference child's limit (torch.compile included)
-    workload_timeout_s: float | None = 120.0  # the candidate killed when one workload takes longer
-    spares: Spares | None = None  # children started ahead (the evaluator service); None: start on demand
-    fork_server: bool = True  # children forked from a warm fork server (sandbox.start_child)
-    timed_bytes: int = 256 << 20  # beyond `timing_sets`, a workload's timed sets (inputs and outputs) stay under this
-    # Random input sets made again in the candidate from their seeds instead of passed as files.
-    # None: on a GPU only, where drawing a set takes milliseconds; on a CPU, mapping a file from
-    # /dev/shm is faster than drawing it again (12 workloads: 8.5 s with files, 10.2 s drawn).
-    regenerate_inputs: bool | None = None
-    # The evaluator times each workload's timed batch itself (`outer_clock`): a window on its own
-    # clock that the candidate's process cannot write, the timed sets handed over only at its start.
-    # On for every device: the thresholds were set on a CPU; on the H200 128 honest workloads of
-    # the library's `cuda` seeds used at most 22% of their allowance (docs/results/hardening.md).
-    outer_clock: bool = True
-    # On a GPU with the outer clock on: the candidate's output sets go to the checker in GPU memory
-    # (CUDA IPC, `gpu_handover`) instead of files. Off: files, as on a CPU.
-    gpu_handover: bool = True
-    # On a device timed by the host's clock (the CPU), where no physical floor applies: a median
-    # below half the shortest call that clock can time here is REWARD_HACK (`score.below_the_host_clock`).
-    host_clock_floor: bool = True
-
-    @property
-    def regenerates_inputs(self) -> bool:
-        return self.regenerate_inputs if self.regenerate_inputs is not None else self.device.startswith("cuda")
-
-    @classmethod
-    def from_settings(cls, settings: Settings, device: str | None = None,
-                      build_cache: BuildCache | None = None) -> EvalConfig:
-        return cls(device or settings.device, max(1, settings.correctness_rounds), max(1, settings.timing_sets),
-                   settings.warmup_runs, max(3, settings.timing_runs), settings.timing_budget_s,
-                   settings.attempt_timeout_s, settings.scratch_dir, build_cache,
-                   workload_timeout_s=settings.workload_timeout_s, fork_server=settings.fork_server)
+CHILD = ["-m", "services.evaluator.harness"]
 
 
 @dataclass(frozen=True)
@@ -199,7 +151,7 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
          config: EvalConfig, children: _Children, say: Callable[[str], None]) -> list[_Outcome]:
     dirs = children.dirs
     common = {
-        "definition": problem.definition.model_dump(mode="json"),
+        "definition": problem.definition,
         "device": config.device,
         "correctness_rounds": config.correctness_rounds,
         "timing_sets": config.timing_sets,
@@ -217,12 +169,12 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     # Spares wait until both have warmed up, so that neither's start overlaps the other's timing.
     children.wait_ready()
     clock = config.outer_clock
-    reference = run_child(dirs["ref"], config, lambda: children.started("reference"), dict(
-        common, role="reference", seed=secrets.randbits(48), checker=True,
+    reference = run_child(dirs["ref"], config, lambda: children.started("reference"), ReferenceJob(
+        **common, seed=secrets.randbits(48), checker=True,
         timed_dir=str(dirs["timed"]) if clock else None,
         measure_compile=config.measure_compile,
         problem_root=str(problem.root) if problem.root else None,
-        workloads=[w.model_dump(mode="json") for w in workloads], indices=list(range(len(workloads)))))
+        workloads=workloads, indices=list(range(len(workloads)))))
     children.phases["reference"] = reference.phases
     outcomes: list[_Outcome | None] = []
     runnable = []
@@ -278,14 +230,13 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
             log.exception("checking workload %s failed", uuid)
             verdicts[index] = Check(Status.RUNTIME_ERROR, f"checking these outputs failed in the evaluator: {error}")
 
-    candidate = run_child(dirs["cand"], config, lambda: children.started("candidate"), dict(
-        common, role="candidate", outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
+    candidate = run_child(dirs["cand"], config, lambda: children.started("candidate"), CandidateJob(
+        **common, outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
         entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
         language=solution.spec.language.value, gpu_handover=clock and config.gpu_handover,
-        cubin_path=str(build.cubin_path) if build.cubin_path else None,
-        extension_path=str(build.extension_path) if build.extension_path else None,
+        artifact_path=str(build.artifact_path) if build.artifact_path else None,
         destination_passing_style=solution.spec.destination_passing_style,
-        workloads=[workloads[i].model_dump(mode="json") for i in runnable], indices=runnable,
+        workloads=[workloads[i] for i in runnable], indices=runnable,
         timed_sets=[ref_results[i]["timed_sets"] for i in runnable],
         # Each set's own seed, not the secret it was hashed from: it gives the set's values, which
         # the candidate gets anyway; with the outer clock, the timed sets' only at `go`. None: the

@@ -47,72 +47,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from services.evaluator.protocol import MAX_CHILD_LINE, send
+
 log = logging.getLogger(__name__)
 
 K_OVERHEAD = 6.0  # the candidate's batch may cost this many times the reference's overhead per set
 SLACK_MS = 100.0  # plus this, per workload: scheduling and the evaluator's own reading of the channel
 SPREAD = 1.5  # what it reports: at most this times runs x median
-MAX_LINE = 1 << 22  # the evaluator reads no longer line from a child (an `end` carries its sets' handles)
-MAX_GO_LINE = 1 << 24  # the harness reads the evaluator's `go`: seeds and digests of every timed set
-
-
-class ClockLost(RuntimeError):
-    """The harness's channel closed or answered out of turn: the timed batch cannot start."""
-
-
-# --- the harness's side (in the child) -------------------------------------------------------------
-
-
-class HarnessClock:
-    """The child's end of the channel: `ready` before its timed batch, `end` after it."""
-
-    def __init__(self, fd: int) -> None:
-        self._socket = socket.socket(fileno=fd)
-        self._reader = self._socket.makefile("rb")
-
-    @classmethod
-    def from_job(cls, job: dict[str, Any]) -> HarnessClock | None:
-        fd = job.get("clock_fd")
-        return cls(fd) if isinstance(fd, int) else None
-
-    def ready(self, uuid: str) -> dict[str, Any]:
-        """Ask for the timed batch of workload `uuid`; returns what the evaluator hands over with `go`."""
-        try:
-            _send(self._socket, {"op": "ready", "uuid": uuid})
-            line = self._reader.readline(MAX_GO_LINE)
-        except OSError as error:  # the evaluator closed the channel first (after a violation)
-            raise ClockLost(f"the evaluator's channel is closed: {error}") from None
-        try:
-            message = json.loads(line)
-        except ValueError:
-            message = None
-        if not isinstance(message, dict) or message.get("op") != "go":
-            raise ClockLost(f"the evaluator's channel gave no `go` for workload {uuid} (got {line[:200]!r})")
-        return message
-
-    def channel(self) -> tuple[socket.socket, Any]:
-        """The socket and its reader, for what follows the timed batches on it (`checker.serve`)."""
-        return self._socket, self._reader
-
-    def end(self, uuid: str, runs: int, total_ms: float, median_ms: float,
-            shared: dict[int, Any] | None = None) -> None:
-        """The batch's end. With `shared` (output sets in GPU memory, `gpu_handover`), waits for the
-        evaluator's `sealed`: until then the checker may be copying them."""
-        message = {"op": "end", "uuid": uuid, "runs": runs, "total_ms": total_ms, "median_ms": median_ms}
-        if shared is None:
-            _send(self._socket, message)
-            return
-        try:
-            _send(self._socket, {**message, "shared": shared})
-            line = self._reader.readline(MAX_LINE)
-        except OSError as error:
-            raise ClockLost(f"the evaluator's channel is closed: {error}") from None
-        if line.strip() != b'{"op": "sealed"}':
-            raise ClockLost(f"the evaluator's channel gave no `sealed` for workload {uuid} (got {line[:200]!r})")
-
-
-def _send(sock: socket.socket, message: dict[str, Any]) -> None:
-    sock.sendall(json.dumps(message).encode() + b"\n")
 
 
 # --- the evaluator's side --------------------------------------------------------------------------
@@ -180,7 +121,7 @@ class OuterClock:
 
     def _read(self, reader) -> None:
         while True:
-            line = reader.readline(MAX_LINE)
+            line = reader.readline(MAX_CHILD_LINE)
             now = time.monotonic()
             if not line:
                 return
@@ -204,7 +145,7 @@ class OuterClock:
             except OSError as error:  # its timed set files gone: taken or removed by the child
                 return f"the timed input sets of workload {uuid} could not be handed over: {error}"
             self.windows[uuid], self._open = Window(uuid, time.monotonic()), uuid
-            _send(self.channel, {"op": "go", **payload})
+            send(self.channel, {"op": "go", **payload})
             return None
         if op == "checking" and self.accepts_checking and self._open is None:
             self.checking.set()
@@ -224,7 +165,7 @@ class OuterClock:
             if self.seal is not None:  # its outputs checked as they are now, before any later `go`
                 self.seal(uuid, runs, shared)
             if shared is not None:  # the checker has its copies: the candidate may let them go
-                _send(self.channel, {"op": "sealed"})
+                send(self.channel, {"op": "sealed"})
             return None
         return f"an unknown message on the evaluator's channel: {line[:200]!r}"
 

@@ -20,7 +20,8 @@ from shared.runtime import Runtime
 from shared.schema import AttemptInfo, Status
 
 from services.evaluator.calibrate import stored
-from services.evaluator.evaluate import EvalConfig, environment, evaluate, scratch_root
+from services.evaluator.config import EvalConfig
+from services.evaluator.evaluate import environment, evaluate, scratch_root
 from services.evaluator.score import hardware_for
 from services.evaluator.spares import spares_for
 

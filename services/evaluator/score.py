@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.evaluator.timing import host_clock_floor_ms
+from services.evaluator.harness.timing import host_clock_floor_ms
 from shared.hardware import HardwareSpec, UnknownHardwareError, lookup
 from shared.schema import Definition, SolScore, Workload
 from shared.sol import SolCountError, baseline_ms, count_work, estimate, hack_floor_ms, sol_score

@@ -1,7 +1,7 @@
 """Children started ahead of their attempts, so that an attempt does not wait for Python to import
 torch and for the GPU's context to be created (seconds, twice per attempt).
 
-A spare is an ordinary child (`child.py --wait DEVICE`) with the same sandbox as one started on
+A spare is an ordinary child (`python -m services.evaluator.harness --wait DEVICE`) with the same sandbox as one started on
 demand; it only waits for its job. Each attempt takes one spare per role and uses it once; taking
 one starts its replacement, which imports and creates its GPU context while the attempt runs (on
 other CPU cores; the context's creation is the only GPU work it does before its own job).
@@ -17,14 +17,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.evaluator import memcap
+from services.evaluator.sandbox import memcap
+from services.evaluator.protocol import READY_FILE
 from services.evaluator.scratch import make_folder, sweep_folders
-from services.evaluator.sandbox import StartedChild, memory_limit, shared_folders, start_child, unprivileged_ids
+from services.evaluator.sandbox.isolation import StartedChild, memory_limit, shared_folders, start_child, unprivileged_ids
 
 HOMES = {"reference": "ref", "candidate": "cand"}  # role -> the child's home inside its folder
 OUTPUTS = "outputs"  # the candidate's output folder inside its folder (the attempt's, once taken)
 SPARE_READY_S = 120.0
-READY_FILE = ".ready"  # written by the child in its home once warm (child.py)
 
 
 @dataclass
@@ -81,7 +81,7 @@ class Spares:
         root = make_folder(role[:3], self.scratch)
         (root / home).mkdir(mode=0o700)
         # A candidate writes its home and its outputs (the attempt's `outputs` folder, made now:
-        # what it may write is fixed when it starts), nothing else (`sandbox.candidate_view`).
+        # what it may write is fixed when it starts), nothing else (`isolation.candidate_view`).
         own = (root / home, root / OUTPUTS) if role == "candidate" else ()
         for folder in own[1:]:
             folder.mkdir(mode=0o700)
@@ -89,7 +89,7 @@ class Spares:
         if ids is not None:  # it starts as `nobody` in a home of its own (see children.hand_over_folders)
             root.chmod(0o711)
             os.chown(root / home, *ids)
-        child = start_child(["-m", "services.evaluator.child", "--wait", self.device], root / home,
+        child = start_child(["-m", "services.evaluator.harness", "--wait", self.device], root / home,
                             root / home / "child.log", isolate=role == "candidate", fork_server=self.fork_server,
                             memory_bytes=memory_limit(self.device), host_memory_bytes=memcap.bound_bytes(),
                             own_folders=own,

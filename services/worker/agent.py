@@ -17,13 +17,13 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from services.evaluator.languages import default_entry
 from services.worker.llm import Reply
 from shared.schema import Problem, Solution
 from shared.schema.base import format_validation_error
 
 PROTOCOL = (Path(__file__).resolve().parent / "PROTOCOL.md").read_text()
 FENCE = re.compile(r"```([\w+-]*)[ \t]+([^\s`]+)[ \t]*\n(.*?)```", re.DOTALL)
-DEFAULT_ENTRY = {"cuda": "launch.py::run", "pytorch": "main.py::run", "triton": "main.py::run"}
 
 
 class Model(Protocol):
@@ -126,7 +126,7 @@ def solution_from_arguments(problem: Problem, author: str, number: int, argument
     data = {
         "name": f"{problem.name}-{_slug(author)}-{number + 1}", "definition": problem.name, "author": author,
         "spec": {"languages": [language], "target_hardware": ["LOCAL"],
-                 "entry_point": arguments.get("entry_point") or DEFAULT_ENTRY.get(language, "main.py::run"),
+                 "entry_point": arguments.get("entry_point") or default_entry(language),
                  "destination_passing_style": arguments.get("destination_passing_style", True),
                  "tunables": arguments.get("tunables") or {}},
         "sources": arguments.get("files") or [],

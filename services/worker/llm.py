@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.evaluator.languages import writer_languages
 from shared.errors import RetryableError
 
 log = logging.getLogger(__name__)
@@ -15,7 +16,7 @@ log = logging.getLogger(__name__)
 SOLUTION_SCHEMA = {
     "type": "object",
     "properties": {
-        "language": {"type": "string", "enum": ["cuda", "pytorch", "triton", "cute_dsl"]},
+        "language": {"type": "string", "enum": writer_languages()},  # the evaluator's registry
         "entry_point": {"type": "string", "description": "<file>::<function>, e.g. launch.py::run"},
         "files": {"type": "array", "items": {
             "type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},

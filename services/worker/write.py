@@ -39,6 +39,7 @@ from pathlib import Path
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from services.evaluator.languages import runs_on
 from services.worker.llm_writer import agent_attempts
 from services.worker.halving import Measured
 from services.worker.tuner import (
@@ -51,7 +52,6 @@ from shared.repository import (
 from shared.runtime import Runtime
 from shared.schema import Solution
 from shared.schema.problem import load_problem
-from shared.schema.solution import runs_on
 
 log = logging.getLogger(__name__)
 POLL_S = 0.5

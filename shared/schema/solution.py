@@ -64,17 +64,6 @@ class SourceFile(Frozen):
         return content
 
 
-# What an evaluator on each kind of device runs (the others are UNSUPPORTED there).
-LANGUAGES_BY_DEVICE: dict[str, set[Language]] = {
-    "cpu": {Language.PYTORCH},
-    "cuda": {Language.PYTORCH, Language.TRITON, Language.CUDA, Language.CUDA_CPP, Language.CUTE_DSL},
-}
-
-
-def runs_on(solution: Solution, device: str) -> bool:
-    return solution.spec.language in LANGUAGES_BY_DEVICE.get(device.split(":")[0], set())
-
-
 class CompileOptions(Frozen):
     cflags: list[str] = Field(default_factory=list)
     cuda_cflags: list[str] = Field(default_factory=list)

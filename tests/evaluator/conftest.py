@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from evalkit import affine_definition, affine_workloads, make_problem
-from services.evaluator.sandbox import WRITABLE_ENV
+from services.evaluator.sandbox.isolation import WRITABLE_ENV
 from shared.runtime import Runtime
 from shared.schema import Problem
 from shared.settings import Settings

@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from services.evaluator.evaluate import EvalConfig
+from services.evaluator.config import EvalConfig
 from shared.schema import Problem, Solution, load_problem
 
 REPO = Path(__file__).resolve().parents[2]

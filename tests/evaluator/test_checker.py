@@ -1,5 +1,5 @@
-"""The reference's process as the attempt's checker (`services/evaluator/checker.py`): it holds the
-expected outputs, checks each workload's outputs at the candidate's `end` (outer clock on) or after
+"""The reference's process as the attempt's checker (`services/evaluator/harness/checker.py`; the
+evaluator's end is `children.Checker`): it holds the expected outputs, checks each workload's outputs at the candidate's `end` (outer clock on) or after
 the candidate (off), and is gone when the attempt is; when it dies, nothing passes."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
-from services.evaluator import checker as checker_module
 from services.evaluator import children as children_module
 from services.evaluator.evaluate import evaluate
 from shared.schema import Problem, Status
@@ -30,13 +29,13 @@ def affine(tmp_path: Path) -> Problem:
 @pytest.mark.parametrize("clock", [True, False], ids=["outer_clock", "no_outer_clock"])
 def test_verdicts_come_from_the_checker_with_the_clock_on_or_off(affine, clock, monkeypatch):
     asked: list[tuple[int, int]] = []
-    check = checker_module.Checker.check
+    check = children_module.Checker.check
 
     def counted(self, index, runs, outputs_dir, shared=None):
         asked.append((index, runs))
         return check(self, index, runs, outputs_dir, shared)
 
-    monkeypatch.setattr(checker_module.Checker, "check", counted)
+    monkeypatch.setattr(children_module.Checker, "check", counted)
     config = dataclasses.replace(FAST, outer_clock=clock)
     honest = evaluate(affine, make_solution(AFFINE), config)
     assert honest.status is Status.PASSED, honest.message
@@ -61,7 +60,7 @@ def test_the_checker_is_gone_with_the_attempt(affine, monkeypatch):
 
 
 def test_a_checker_that_died_passes_nothing(affine, monkeypatch):
-    check = checker_module.Checker.check
+    check = children_module.Checker.check
 
     def killed_first(self, index, runs, outputs_dir, shared=None):
         os.kill(self.child.process.pid, signal.SIGKILL)
@@ -70,7 +69,7 @@ def test_a_checker_that_died_passes_nothing(affine, monkeypatch):
             time.sleep(0.01)
         return check(self, index, runs, outputs_dir, shared)
 
-    monkeypatch.setattr(checker_module.Checker, "check", killed_first)
+    monkeypatch.setattr(children_module.Checker, "check", killed_first)
     result = evaluate(affine, make_solution(AFFINE), FAST)
     assert result.status is Status.RUNTIME_ERROR and "checker" in result.message, result.message
     assert result.workloads_passed == 0
@@ -86,7 +85,7 @@ def test_a_reply_out_of_turn_ends_the_checkers_trust():
     ours, theirs = socket.socketpair()
     killed = []
     child = SimpleNamespace(channel=ours, kill=lambda: killed.append(True))
-    checker = checker_module.Checker(child, timeout_s=5)
+    checker = children_module.Checker(child, timeout_s=5)
     theirs.sendall(json.dumps({"status": "PASSED", "index": 1}).encode() + b"\n")  # workload 1's, early
     first = checker.check(0, 1, Path("/nonexistent"))
     asked = theirs.recv(1 << 16)

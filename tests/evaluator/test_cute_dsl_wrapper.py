@@ -10,8 +10,8 @@ import types
 import pytest
 import torch
 
-from services.evaluator import cutedsl
-from services.evaluator.build import build_solution
+from services.evaluator.languages import cutedsl
+from services.evaluator.languages.build import build_solution
 from shared.schema import Solution, Status
 
 KERNEL = "import cutlass.cute as cute\n\n@cute.jit\ndef run(x: cute.Tensor, y: cute.Tensor):\n    pass\n"

@@ -28,7 +28,7 @@ from evalkit import (
     FAST, PROBLEMS_DIR, TOLERANCE, affine_definition, affine_workloads, make_problem, make_solution,
 )
 from services.evaluator.evaluate import AttemptResult, evaluate
-from services.evaluator.sandbox import WRITABLE_ENV, isolation
+from services.evaluator.sandbox.isolation import WRITABLE_ENV, isolation
 from shared.schema import Problem, Status, Trace, load_problem
 
 WORKERS = 2
@@ -197,7 +197,7 @@ CASES = [
 
         def run(x, w, b, y):
             y.copy_(x * w + b)
-            timing = sys.modules["services.evaluator.timing"]
+            timing = sys.modules["services.evaluator.harness.timing"]
             timing._time_on_host = lambda *args, **kwargs: None
         """),
     Case("leaves_a_thread_running", Status.REWARD_HACK, """

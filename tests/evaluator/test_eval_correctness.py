@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from services.evaluator.correctness import compare
+from services.evaluator.harness.correctness import compare
 from shared.schema import Status, Tolerance
 
 EXACT = Tolerance(max_atol=0.0, max_rtol=0.0)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from services.evaluator.inputs import InputError, make_inputs, torch_dtype
+from services.evaluator.harness.inputs import InputError, make_inputs, torch_dtype
 from shared.schema import Definition, DType, Workload
 
 CPU = torch.device("cpu")

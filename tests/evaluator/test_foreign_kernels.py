@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from services.evaluator import launch, timing
+from services.evaluator.languages import launch
+
+from services.evaluator.harness import timing
 
 KERNEL, MEMCPY, MEMSET = "kernel", "memcpy", "memset"
 
@@ -101,8 +103,8 @@ def test_only_the_cubins_own_kernels_and_fills_pass() -> None:
 
 def test_a_solution_that_silences_the_check_is_caught(monkeypatch) -> None:
     """The check runs in the candidate's process: rebinding it (or the cubin's lookup) is a guarded patch."""
-    from services.evaluator import child
-    from services.evaluator.guards import Guard
+    from services.evaluator.harness import candidate as child
+    from services.evaluator.harness.guards import Guard
 
     guard = Guard()
     assert guard.check() is None

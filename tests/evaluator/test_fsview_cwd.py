@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from services.evaluator import fsview
+from services.evaluator.sandbox import fsview
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a mount namespace needs root here")

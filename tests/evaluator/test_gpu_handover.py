@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from services.evaluator import gpu_handover, timing
-from services.evaluator.correctness import Check
+from services.evaluator.harness import gpu_handover, timing
+from services.evaluator.harness.correctness import Check
 from shared.schema import Status
 
 

@@ -1,4 +1,4 @@
-"""An isolated child's host memory, bounded by a cgroup of its own (`services/evaluator/memcap.py`):
+"""An isolated child's host memory, bounded by a cgroup of its own (`services/evaluator/sandbox/memcap.py`):
 the only bound a GPU candidate's host memory has (its driver's address space rules out
 `RLIMIT_AS`). Needs a root evaluator on a machine with a writable memory cgroup hierarchy (v1 or v2);
 skipped, with the reason, elsewhere."""
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from services.evaluator import memcap
+from services.evaluator.sandbox import memcap
 
 needs_cgroup = pytest.mark.skipif(memcap.find() is None, reason="no memory cgroup this evaluator may make here")
 
@@ -31,7 +31,7 @@ TOUCH = textwrap.dedent("""
 
 
 def _run(tmp_path: Path, mib: int):
-    from services.evaluator.sandbox import finish_child, start_child
+    from services.evaluator.sandbox.isolation import finish_child, start_child
 
     child = start_child(["-c", TOUCH, str(mib)], tmp_path, tmp_path / "child.log", isolate=True,
                         host_memory_bytes=BOUND)
@@ -117,7 +117,7 @@ DAEMON = textwrap.dedent("""
 
 @needs_cgroup
 def test_a_daemon_that_left_the_process_group_dies_with_the_cgroup() -> None:
-    from services.evaluator.sandbox import finish_child, start_child
+    from services.evaluator.sandbox.isolation import finish_child, start_child
 
     # Where `nobody` (the candidate on a root evaluator) may reach it: pytest's own folders are root's, 0700.
     outer = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from services.evaluator import nvcc
+from services.evaluator.languages import nvcc
 from shared.schema import Solution
 from shared.store import LocalStore
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from services.evaluator.harness.clock import ClockLost, HarnessClock
 from services.evaluator.outer_clock import (
-    K_OVERHEAD, SLACK_MS, SPREAD, ClockLost, HarnessClock, OuterClock, Window, accounted_ms, allowed_ms,
-    judge, overhead_per_set_ms, timed_hand_over,
+    K_OVERHEAD, SLACK_MS, SPREAD, OuterClock, Window, accounted_ms, allowed_ms, judge, overhead_per_set_ms,
+    timed_hand_over,
 )
 
 # The reference: a window of 10 ms over 5 timed sets, 5 ms of it its own calls: 1 ms per set.
@@ -114,7 +115,7 @@ def test_a_broken_protocol_is_a_violation_and_closes_the_channel(messages: list[
 
 
 def test_garbage_and_overlong_lines_are_violations() -> None:
-    from services.evaluator.outer_clock import MAX_LINE
+    from services.evaluator.protocol import MAX_CHILD_LINE as MAX_LINE
 
     for line in (b"not json\n", b"x" * (MAX_LINE + 1)):
         served = _Served(["a"])
@@ -162,7 +163,7 @@ def test_a_check_reads_the_outputs_as_they_are_when_it_runs(tmp_path: Path) -> N
     """What the checker reads at `end` (`checks.read_regular`): a copy taken then; later writes,
     through the path or a descriptor opened before, change nothing; what is not a regular file of
     at most its limit (a link, a pipe that would block the read, an oversized file) has no copy."""
-    from services.evaluator.checks import Oversized, read_regular
+    from services.evaluator.harness.checks import Oversized, read_regular
 
     (tmp_path / "w3_s2.st").write_bytes(b"at end")
     early = open(tmp_path / "w3_s3.st", "wb")  # opened before `end`, written after it
@@ -188,8 +189,8 @@ def test_an_oversized_timed_output_is_judged_by_its_header(tmp_path: Path) -> No
     a hack (the harness writes nothing else)."""
     import torch
 
-    from services.evaluator import tensorfile
-    from services.evaluator.checks import check_sets
+    from services.evaluator.harness import tensorfile
+    from services.evaluator.harness.checks import check_sets
     from evalkit import affine_definition, affine_workloads, make_problem
 
     problem = make_problem(tmp_path / "p", affine_definition(), affine_workloads())
@@ -212,8 +213,8 @@ def test_an_oversized_timed_output_is_judged_by_its_header(tmp_path: Path) -> No
 def test_a_missing_set_is_named_for_the_evaluator(tmp_path: Path) -> None:
     import torch
 
-    from services.evaluator import tensorfile
-    from services.evaluator.checks import check_sets
+    from services.evaluator.harness import tensorfile
+    from services.evaluator.harness.checks import check_sets
     from evalkit import affine_definition, affine_workloads, make_problem
 
     problem = make_problem(tmp_path / "p", affine_definition(), affine_workloads())

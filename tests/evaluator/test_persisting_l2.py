@@ -10,8 +10,8 @@ from types import ModuleType, SimpleNamespace
 import pytest
 import torch
 
-from services.evaluator import timing
-from services.evaluator.guards import Guard
+from services.evaluator.harness import timing
+from services.evaluator.harness.guards import Guard
 
 
 def fake_runtime(log: list[str], error: int = 0, missing: bool = False) -> ModuleType:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from evalkit import FAST, affine_definition, make_problem, make_solution
-from services.evaluator.correctness import unmatchable
+from services.evaluator.harness.correctness import unmatchable
 from services.evaluator.evaluate import evaluate
 from shared.schema import Status, Tolerance
 

@@ -23,8 +23,9 @@ from safetensors.torch import save_file
 
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
 from services.evaluator import evaluate as evaluation
-from services.evaluator.reference_role import set_seed
-from services.evaluator.inputs import digest, make_inputs
+from services.evaluator.protocol import CandidateJob
+from services.evaluator.harness.reference_role import set_seed
+from services.evaluator.harness.inputs import digest, make_inputs
 from shared.schema import Problem, Status, load_problem
 
 SECRET = 0xB1A5_ED5E_C4E7  # the attempt's secret, made known to the test
@@ -76,13 +77,15 @@ def _watch(monkeypatch: pytest.MonkeyPatch, edit: Callable[[dict], None] | None 
 
     monkeypatch.setattr(evaluation, "timed_hand_over", recorded)
 
-    def child(home: Path, config, start, job: dict[str, Any], *hand_over):
-        if edit is not None and job["role"] == "candidate":
-            edit(job)
+    def child(home: Path, config, start, job, *hand_over):
+        if edit is not None and job.role == "candidate":
+            data = job.model_dump(mode="json")
+            edit(data)
+            job = CandidateJob.model_validate(data)
         ran = run_child(home, config, start, job, *hand_over)
-        seen.job_texts[job["role"]] = (home / "job.json").read_text()
-        seen.jobs[job["role"]] = json.loads(seen.job_texts[job["role"]])
-        seen.input_files[job["role"]] = sorted(p.name for p in Path(job["inputs_dir"]).iterdir())
+        seen.job_texts[job.role] = (home / "job.json").read_text()
+        seen.jobs[job.role] = json.loads(seen.job_texts[job.role])
+        seen.input_files[job.role] = sorted(p.name for p in Path(job.inputs_dir).iterdir())
         return ran
 
     monkeypatch.setattr(evaluation, "run_child", child)
@@ -188,7 +191,7 @@ def test_a_set_made_differently_by_the_solutions_doing_is_caught_too(affine: Pro
     retypes = """
         import torch
 
-        from services.evaluator import inputs
+        from services.evaluator.harness import inputs
         from shared.schema.definition import DType
 
         inputs.TORCH_DTYPES[DType.FLOAT32] = torch.float64

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from services.evaluator import fsview
+from services.evaluator.sandbox import fsview
 from shared.process import running
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,11 +26,11 @@ REPO = Path(__file__).resolve().parents[2]
 EVALUATOR = textwrap.dedent("""
     import sys, threading, time
     from pathlib import Path
-    from services.evaluator.sandbox import start_child
+    from services.evaluator.sandbox.isolation import start_child
 
     home = Path(sys.argv[1])
     spin = ["-c", "import time\\nwhile True: time.sleep(0.05)"]
-    waiting = ["-m", "services.evaluator.child", "--wait", "cpu"]
+    waiting = ["-m", "services.evaluator.harness", "--wait", "cpu"]
     children = []  # kept: a waiting child's job pipe closes with its handle
     def start(args, isolate, name):  # from threads, as the evaluator's attempts may
         children.append(start_child(args, home, home / f"{name}.log", isolate=isolate))
@@ -71,16 +71,16 @@ def test_children_die_when_their_evaluator_is_killed(tmp_path: Path) -> None:
 
 
 def _wait_child(home: Path, name: str):
-    from services.evaluator.sandbox import finish_child, start_child
+    from services.evaluator.sandbox.isolation import finish_child, start_child
 
-    child = start_child(["-m", "services.evaluator.child", "--wait", "cpu"], home, home / f"{name}.log")
+    child = start_child(["-m", "services.evaluator.harness", "--wait", "cpu"], home, home / f"{name}.log")
     run = finish_child(child, "", 60)  # an empty job line: the spare exits 0 unused
     child.channel.close()
     return child, run
 
 
 def test_a_dead_fork_server_is_replaced_and_a_missing_one_falls_back_on_new_interpreters(tmp_path, monkeypatch):
-    from services.evaluator import forkserver, sandbox
+    from services.evaluator.sandbox import forkserver, isolation as sandbox
 
     home = tmp_path / "home"
     home.mkdir()
@@ -114,9 +114,9 @@ def test_without_the_fork_server_an_attempt_runs_in_new_interpreters(affine):
 
 
 def test_fork_server_false_starts_a_new_interpreter(tmp_path):
-    from services.evaluator.sandbox import finish_child, start_child
+    from services.evaluator.sandbox.isolation import finish_child, start_child
 
-    child = start_child(["-m", "services.evaluator.child", "--wait", "cpu"], tmp_path, tmp_path / "c.log",
+    child = start_child(["-m", "services.evaluator.harness", "--wait", "cpu"], tmp_path, tmp_path / "c.log",
                         fork_server=False)
     assert isinstance(child.process, subprocess.Popen)
     assert finish_child(child, "", 60).exit_code == 0
@@ -162,7 +162,7 @@ def test_an_isolated_child_has_no_capabilities_no_writable_code_and_no_view_of_i
     way in a mount namespace where all but its own folders is read-only (a folder beside its home
     that anyone may write included), and its parent (here: this process, which made itself not
     dumpable when it started the child) is closed to it."""
-    from services.evaluator.sandbox import (
+    from services.evaluator.sandbox.isolation import (
         PACKAGE_ROOT, finish_child, isolation, memory_limit, start_child, unprivileged_ids,
     )
 
@@ -202,7 +202,7 @@ def test_a_candidate_of_an_evaluator_that_is_not_root_writes_only_its_folders_an
     import errno
     import socket
 
-    from services.evaluator import sandbox
+    from services.evaluator.sandbox import confine
     from shared.process import libc
 
     outer = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
@@ -225,11 +225,11 @@ def test_a_candidate_of_an_evaluator_that_is_not_root_writes_only_its_folders_an
             os.setuid(65534)
             probe = os.fork()  # whether this kernel lets `nobody` have a user namespace at all
             if probe == 0:
-                os._exit(0 if lib.unshare(sandbox.CLONE_NEWUSER) == 0 else 1)
+                os._exit(0 if lib.unshare(confine.CLONE_NEWUSER) == 0 else 1)
             if os.waitstatus_to_exitcode(os.waitpid(probe, 0)[1]) != 0:
                 os._exit(77)
             (code / "before.py").write_text("x = 0\n")  # it can, before
-            sandbox._confine(True, None, lib, ((str(outer).encode(), False), (str(home).encode(), True)))
+            confine.confine(True, None, lib, ((str(outer).encode(), False), (str(home).encode(), True)))
             (home / "mine.py").write_text("x = 2\n")  # its own folder stays writable (else: 99)
             try:
                 (code / "planted.py").write_text("x = 1\n")
@@ -320,7 +320,7 @@ def test_the_private_view_leaves_only_its_own_folders_writable(tmp_path: Path, m
     and read-only, another attempt's folder beside it gone from view, /tmp and /dev/shm empty and
     its own, and the code read-only; with `mount_setattr` and, where a kernel or a seccomp filter
     refuses that call, with one remount per mount (the call's number made unknown here)."""
-    from services.evaluator import sandbox
+    from services.evaluator.sandbox import isolation as sandbox
 
     if not sandbox.isolation()["read_only_root"]:
         pytest.skip("no mount namespace here")
@@ -369,7 +369,7 @@ def test_on_a_cuda_device_proc_entries_of_processes_stay_writable_and_dev_shm_pr
     its own at cuInit), the rest of /proc does not; /dev/shm and /tmp are its own as on a CPU (a
     file left in the real /dev/shm would outlive the attempt, in memory, outside its cgroup's
     reach), and its attempt's folder stays read-only."""
-    from services.evaluator import sandbox
+    from services.evaluator.sandbox import isolation as sandbox
 
     if not sandbox.isolation()["read_only_root"]:
         pytest.skip("no mount namespace here")
@@ -402,7 +402,8 @@ def test_code_in_a_scratch_folder_stays_importable_and_read_only(monkeypatch) ->
     """A library on the import path below /tmp (a wheel unpacked there, a virtual environment):
     the candidate's private /tmp would hide it, so the view binds it back in, read-only; a folder
     holding the candidate's own is never bound (it would show the attempts beside it)."""
-    from services.evaluator import sandbox
+    from services.evaluator.sandbox import isolation as sandbox
+    from services.evaluator.sandbox.confine import enter_user_namespace
     from shared.process import libc
 
     if not sandbox.isolation()["read_only_root"]:
@@ -422,7 +423,7 @@ def test_code_in_a_scratch_folder_stays_importable_and_read_only(monkeypatch) ->
 
     def as_a_candidate() -> None:  # where the evaluator is not root: in a user namespace of its own
         if os.geteuid() != 0:
-            sandbox._enter_user_namespace(libc())
+            enter_user_namespace(libc())
 
     outcome = _in_private_view(own, view, checks, as_a_candidate)
     planted = (library / "planted.py").exists()

@@ -35,7 +35,7 @@ from pathlib import Path
 
 sys.path[:0] = [sys.argv[2], sys.argv[3]]
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
-from services.evaluator import sandbox
+from services.evaluator.sandbox import isolation as sandbox
 from services.evaluator.evaluate import evaluate
 
 root = Path(sys.argv[1])

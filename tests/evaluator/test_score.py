@@ -7,7 +7,8 @@ import dataclasses
 import pytest
 
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
-from services.evaluator import score, timing
+from services.evaluator import score
+from services.evaluator.harness import timing
 from services.evaluator.evaluate import evaluate
 from shared.hardware import lookup
 from shared.schema import Status

@@ -16,10 +16,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from services.evaluator import tensorfile
-from services.evaluator.guards import Guard
-from services.evaluator.inputs import TORCH_DTYPES
-from services.evaluator.tensorfile import NotATensor
+from services.evaluator.harness import tensorfile
+from services.evaluator.harness.guards import Guard
+from services.evaluator.harness.inputs import TORCH_DTYPES
+from services.evaluator.harness.tensorfile import NotATensor
 
 WRITES = pytest.mark.parametrize("stage_all", [False, True], ids=["direct", "staged"])
 

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from evalkit import FAST, make_solution
-from services.evaluator.checks import timed_runs
+from services.evaluator.harness.checks import timed_runs
 from services.evaluator.evaluate import evaluate
 from shared.schema import Problem, Status
 

@@ -17,7 +17,9 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-from services.evaluator.evaluate import EvalConfig, evaluate  # noqa: E402
+from services.evaluator.config import EvalConfig  # noqa: E402
+
+from services.evaluator.evaluate import evaluate  # noqa: E402
 from shared.schema import Solution, Status, load_problem  # noqa: E402
 from shared.store import LocalStore  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Output sets handed to the checker in GPU memory (`services/evaluator/gpu_handover.py`): on the
+"""Output sets handed to the checker in GPU memory (`services/evaluator/harness/gpu_handover.py`): on the
 GPU with the outer clock on, the candidate saves no output file (its phases say `export`, not
 `save`), right outputs pass and wrong ones fail as through files; with the hand-over off, files.
 

@@ -16,8 +16,9 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-from services.evaluator import cutedsl  # noqa: E402
-from services.evaluator.evaluate import EvalConfig, evaluate  # noqa: E402
+from services.evaluator.languages import cutedsl  # noqa: E402
+from services.evaluator.config import EvalConfig  # noqa: E402
+from services.evaluator.evaluate import evaluate  # noqa: E402
 from services.evaluator.spares import Spares  # noqa: E402
 from shared.schema import load_problem  # noqa: E402
 from shared.schema.problem import find_problems  # noqa: E402

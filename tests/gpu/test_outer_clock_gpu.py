@@ -36,8 +36,8 @@ from pathlib import Path
 
 import torch
 
-from services.evaluator import tensorfile
-from services.evaluator.inputs import make_inputs
+from services.evaluator.harness import tensorfile
+from services.evaluator.harness.inputs import make_inputs
 from shared.schema import Definition, Workload
 
 JOB = json.loads(Path("job.json").read_text())

@@ -1,4 +1,4 @@
-"""The candidate's private view on a GPU machine (`services/evaluator/sandbox.py`): CUDA's driver
+"""The candidate's private view on a GPU machine (`services/evaluator/sandbox/isolation.py`): CUDA's driver
 initialises inside it. On the H200 a view with /proc wholly read-only failed cuInit with CUDA
 error 304 in every candidate (the driver writes to its own process's entries), hence
 `SHARED_ON_CUDA`.
@@ -30,7 +30,7 @@ from test_cuda_language import config, problem  # noqa: E402,F401 - shared fixtu
 PROBE = """
 import ctypes, os, sys
 from pathlib import Path
-from services.evaluator import fsview, sandbox
+from services.evaluator.sandbox import fsview, isolation as sandbox
 lib = ctypes.CDLL(None, use_errno=True)
 own = Path(sys.argv[1])
 os.chdir(own)
@@ -51,7 +51,7 @@ sys.exit(error or (0 if count.value > 0 else 92))
 
 
 def test_cuda_initialises_in_the_candidates_view() -> None:
-    from services.evaluator import sandbox
+    from services.evaluator.sandbox import isolation as sandbox
 
     if os.geteuid() != 0 or not sandbox.isolation()["read_only_root"]:
         pytest.skip("the private view needs a root evaluator with mount namespaces here")
@@ -86,7 +86,7 @@ def test_a_gpu_candidate_over_its_host_memory_bound_is_stopped_and_the_next_pass
     """On a GPU no address-space limit applies (the driver reserves far more than the host has):
     only the candidate's memory cgroup (`memcap`) bounds its host memory. On the H200 machine the
     evaluator's own cgroup is a leaf with processes in it, so the cgroups are made below an ancestor."""
-    from services.evaluator import memcap, sandbox
+    from services.evaluator.sandbox import memcap, isolation as sandbox
     from services.evaluator.evaluate import evaluate
     from shared.schema import Status
     from test_gpu_hacks import pytorch_solution

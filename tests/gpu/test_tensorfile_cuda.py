@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
-from services.evaluator import tensorfile  # noqa: E402
+from services.evaluator.harness import tensorfile  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import save_file
 
 from services.evaluator.evaluate import AttemptResult, evaluate
-from services.evaluator.sandbox import WRITABLE_ENV
+from services.evaluator.sandbox.isolation import WRITABLE_ENV
 from shared.schema import Problem, Status, load_problem
 from tests.evaluator.evalkit import (
     FAST, affine_definition, affine_workloads, make_problem, make_solution, write_problem,

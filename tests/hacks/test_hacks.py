@@ -6,7 +6,7 @@ their only route to the right answer: they compute it when the probe succeeds an
 when it fails. A hole therefore shows as PASSED, never as a silent pass of this suite.
 
 Hacks on the timer cannot be told apart from honest code by the outputs; they must end as
-REWARD_HACK, caught by the guards in the candidate child (services/evaluator/guards.py).
+REWARD_HACK, caught by the guards in the candidate child (services/evaluator/harness/guards.py).
 
 Where a guarantee needs the sandbox's `nobody` identity or a network namespace (the evaluator runs
 as root and Python is readable by others), the cases that depend on it expect a strict xfail on a
@@ -41,7 +41,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.evaluator.sandbox import isolation
+from services.evaluator.sandbox.isolation import isolation
 from shared.process import running
 from shared.schema import Status
 from tests.hacks.hackkit import Attempts, Case, assert_status, start_attempts
@@ -88,8 +88,8 @@ from pathlib import Path
 
 import torch
 
-from services.evaluator import tensorfile
-from services.evaluator.inputs import make_inputs
+from services.evaluator.harness import tensorfile
+from services.evaluator.harness.inputs import make_inputs
 from shared.schema import Definition, Workload
 
 JOB = json.loads(Path("job.json").read_text())
@@ -399,7 +399,8 @@ CASES = [
     Case("patches_the_running_harness_module", HACK, """
         import sys
 
-        sys.modules["__main__"]._enforce = lambda violation: None  # every guard's verdict dropped
+        harness = sys.modules["services.evaluator.harness.candidate"]  # the candidate's role, running
+        harness._enforce = lambda violation: None  # every guard's verdict dropped
 
         def run(x, w, b, y):
             y.copy_(x * w + b)
@@ -408,7 +409,7 @@ CASES = [
     Case("patches_time_runs_in_the_child", HACK, """
         import sys
 
-        from services.evaluator.timing import Latency
+        from services.evaluator.harness.timing import Latency
 
         def _fast(run, device, plan, prepare=None):
             for i in range(plan.warmup_runs + plan.timing_runs):
@@ -417,7 +418,7 @@ CASES = [
                 run(i)
             return Latency(1e-6, 1e-6, 1e-6, plan.timing_runs)
 
-        sys.modules["__main__"].time_runs = _fast
+        sys.modules["services.evaluator.harness.candidate"].time_runs = _fast
 
         def run(x, w, b, y):
             y.copy_(x * w + b)
@@ -425,7 +426,7 @@ CASES = [
     Case("patches_the_output_buffers_of_the_harness", HACK, """
         import torch
 
-        from services.evaluator import entry
+        from services.evaluator.harness import entry
 
         _made = entry.empty_outputs
 
@@ -462,7 +463,7 @@ CASES = [
             y.copy_(x * w + b)
         """, caught="replaced"),
     Case("swaps_the_code_of_a_harness_function", HACK, """
-        from services.evaluator import timing
+        from services.evaluator.harness import timing
 
         def _fast(run, plan, prepare):
             for i in range(plan.timing_runs):
@@ -489,8 +490,8 @@ CASES = [
         import sys
         import types
 
-        fake = types.ModuleType("services.evaluator.timing")
-        sys.modules["services.evaluator.timing"] = fake
+        fake = types.ModuleType("services.evaluator.harness.timing")
+        sys.modules["services.evaluator.harness.timing"] = fake
         sys.modules["time"] = types.ModuleType("time")
 
         def run(x, w, b, y):
@@ -740,7 +741,7 @@ CASES = [
 
         import torch
 
-        from services.evaluator import tensorfile
+        from services.evaluator.harness import tensorfile
 
         job = json.loads(Path("job.json").read_text())
         REFUSED = []
@@ -846,7 +847,7 @@ CASES = [
     Case("opens_the_evaluator_source_for_writing", WRONG, ANSWER_IF + """
         from pathlib import Path
 
-        from services.evaluator import correctness
+        from services.evaluator.harness import correctness
 
         def _writable():
             try:

@@ -318,7 +318,8 @@ def test_api_submit(web, db, redis_url):
 
 
 def test_the_reference_passes_as_a_pytorch_solution_in_the_sandbox(tmp_path):
-    from services.evaluator.evaluate import EvalConfig, evaluate
+    from services.evaluator.config import EvalConfig
+    from services.evaluator.evaluate import evaluate
 
     problem = load_problem(PROBLEMS / "llama31_8b_rmsnorm", with_seeds=False)
     solution = reference_solution(problem)

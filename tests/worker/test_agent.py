@@ -8,8 +8,10 @@ import re
 
 import pytest
 
-from services.evaluator.evaluate import EvalConfig, evaluate
-from services.evaluator.nvcc import build_cubin
+from services.evaluator.config import EvalConfig
+
+from services.evaluator.evaluate import evaluate
+from services.evaluator.languages.nvcc import build_cubin
 from services.worker.agent import PROTOCOL, Budget, Feedback, parse_fenced, problem_brief, run_session
 from services.worker.feedback import feedback_text
 from fake_openai import ScriptedEndpoint, tool_call

@@ -18,8 +18,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
+from services.evaluator.languages import Built
 from shared.schema import Solution
 
+CUBIN_FILE = "kernels.cubin"  # in the solution's folder, where the candidate's `kernels` handle reads it
 BUILD_TIMEOUT_S = 120.0
 MAX_LOG_CHARS = 3000
 UNITY_FILE = "__kernelswarm_unity.cu"
@@ -78,6 +80,16 @@ def build_key(solution: Solution, arch: str, tunables: dict[str, object]) -> str
     blob = json.dumps({"sources": sources, "flags": [*BASE_FLAGS, *flags, *define_flags(tunables)],
                        "arch": arch, "nvcc": nvcc_version()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def build(solution: Solution, target: Path, tunables: dict[str, object], arch: str,
+          cache: BuildCache | None = None) -> Built:
+    """The registry's build step for `cuda`: the cubin, saved into the solution's folder."""
+    cubin = build_cubin(solution, arch, tunables, target.parent / "nvcc", cache)
+    if not cubin.ok:
+        return Built(False, cubin.log, seconds=cubin.seconds)
+    (target / CUBIN_FILE).write_bytes(cubin.cubin)
+    return Built(True, artifact=target / CUBIN_FILE, seconds=cubin.seconds, cached=cubin.cached)
 
 
 def build_cubin(solution: Solution, arch: str, tunables: dict[str, object], workdir: Path,

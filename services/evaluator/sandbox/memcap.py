@@ -1,4 +1,4 @@
-"""A bound on an isolated child's host memory: a memory cgroup of its own (`sandbox.start_child`).
+"""A bound on an isolated child's host memory: a memory cgroup of its own (`isolation.start_child`).
 
 `RLIMIT_AS` bounds a CPU candidate's address space, but a GPU's driver reserves address space far
 beyond the host's memory, so there only a cgroup can bound what a candidate holds. Where this
@@ -12,12 +12,12 @@ that already hands the memory controller down, and its bound is also kept under 
 it leaves behind on the way, so it gets no more than the evaluator's own cgroup allows. There a
 kill of the evaluator's cgroup (a supervisor stopping it) misses the child's: the child dies with
 its parent all the same (its parent-death signal), and what it left is killed by the next
-evaluator's `sweep`. The child moves itself in between fork and exec (`sandbox._confine` writes
+evaluator's `sweep`. The child moves itself in between fork and exec (`confine.confine` writes
 `cgroup.procs`), before it gives up its privileges. Its kills by the kernel's OOM killer are
 counted in the cgroup, read back (`Cgroup.oom_killed`) before the cgroup is removed, and whatever
 is still in it is killed first, a daemon that left the child's process group included. Where none
 can be made (a container without a writable hierarchy, no root), nothing is bound but the OOM
-score (`sandbox._first_for_the_oom_killer`)."""
+score (`confine._first_for_the_oom_killer`)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class Cgroup:
 
     @property
     def procs(self) -> bytes:
-        """The file the child writes "0" into to move itself in (`sandbox._confine`)."""
+        """The file the child writes "0" into to move itself in (`confine.confine`)."""
         return os.fsencode(self.path / "cgroup.procs")
 
     def oom_killed(self) -> bool:
@@ -99,7 +99,7 @@ class Cgroup:
 
 def bound_bytes() -> int:
     """An isolated child's host-memory bound: half of this machine's memory, at least 4 GiB (on a
-    CPU device its address space too: `sandbox.memory_limit`)."""
+    CPU device its address space too: `isolation.memory_limit`)."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):

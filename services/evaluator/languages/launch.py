@@ -13,16 +13,29 @@ records, checked by `foreign_kernels`): PyTorch or a library computing in its pl
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from services.evaluator.protocol import CandidateJob
+
 # Kernels from elsewhere that a `cuda` solution may run: torch's fill of a buffer with a constant
 # (`zero_`, `fill_`: workspace set up, not the operation's work). Any other kernel its cubin does not
 # define is PyTorch or a library doing the work (`foreign_kernels`).
 ALLOWED_LIBRARY_KERNELS = ("FillFunctor",)
+
+
+def load(entry: Callable, job: CandidateJob) -> functools.partial:
+    """The registry's loader for `cuda`: the entry gets `kernels=` (the cubin `nvcc.build` saved);
+    torch's current stream becomes the launcher's."""
+    device = torch.device(job.device)
+    kernels = Kernels(Path(job.artifact_path).read_bytes(), device)
+    torch.cuda.set_stream(torch.cuda.ExternalStream(kernels.stream().handle, device=device))
+    return functools.partial(entry, kernels=kernels)
 
 
 class Kernels:

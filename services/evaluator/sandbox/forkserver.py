@@ -5,11 +5,11 @@ The evaluator starts one per process (`ForkServer.get`) with the same scrubbed e
 child, and asks it over a socket pair, one request at a time:
 
 - `start`: fork a child. The child makes its own session, is confined exactly as one started with
-  `exec` would be (`sandbox._confine`: limits, subreaper, network namespace, `nobody`, parent-death
+  `exec` would be (`confine.confine`: limits, subreaper, network namespace, `nobody`, parent-death
   signal), moves to its home, takes the pipe the evaluator passed (SCM_RIGHTS) as stdin, the end of
   the evaluator's private channel passed with it as descriptor `CLOCK_FD`, and its log as stdout and
   stderr, closes every other descriptor (the control socket included), replaces its environment,
-  and runs `child.main` in place. The reply is its pid.
+  and runs the harness's `main` in place. The reply is its pid.
 - `poll`: reap that child if it has exited; the reply is its exit status as `Popen.returncode`
   reports it (negative: the signal), or null while it runs.
 
@@ -79,9 +79,10 @@ def _receive(sock: socket.socket) -> tuple[dict[str, Any] | None, list[int]]:
 
 
 def serve(control_fd: int) -> None:
-    from services.evaluator import child, reference_role  # noqa: F401  (imported once here, inherited by every fork)
-    from services.evaluator.fsview import encoded_view
-    from services.evaluator.sandbox import _confine
+    # The harness imported once here, both roles and the checker, and inherited by every fork.
+    from services.evaluator.harness import checker, main, reference_role  # noqa: F401
+    from services.evaluator.sandbox.confine import confine
+    from services.evaluator.sandbox.fsview import encoded_view
 
     import torch
 
@@ -102,7 +103,7 @@ def serve(control_fd: int) -> None:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _become_child(request, fds, lambda: _confine(
+                _become_child(request, fds, lambda: confine(
                     request["isolate"], tuple(request["ids"]) if request["ids"] else None, lib,
                     encoded_view(request.get("view", ())), request.get("memory"),
                     os.fsencode(request["cgroup"]) if request.get("cgroup") else None))
@@ -154,11 +155,11 @@ def _become_child(request: dict[str, Any], fds: list[int], confine) -> None:
         sys.stdin = open(0, closefd=False)  # noqa: SIM115  (the process's own stdin, for its job line)
         sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        sys.argv = ["-m services.evaluator.child", *request["argv"]]
-        from services.evaluator import child
+        sys.argv = ["-m services.evaluator.harness", *request["argv"]]
+        from services.evaluator.harness import main
 
-        sys.modules["__main__"] = child  # as when run with `python -m`: the guards watch it by both names
-        code = child.main(request["argv"]) or 0
+        sys.modules["__main__"] = main  # not this server's module: the child sees only the harness
+        code = main.main(request["argv"]) or 0
     except SystemExit as exit_:
         code = exit_.code if isinstance(exit_.code, int) else 1
     except BaseException:
@@ -213,7 +214,7 @@ class ForkServer:
     def __init__(self, env: dict[str, str], popen) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         self.socket = ours
-        self.process = popen([sys.executable, "-m", "services.evaluator.forkserver", str(theirs.fileno())],
+        self.process = popen([sys.executable, "-m", "services.evaluator.sandbox.forkserver", str(theirs.fileno())],
                              env, theirs.fileno())
         theirs.close()
         self._lock = threading.Lock()

@@ -9,7 +9,8 @@ passes the tensors as DLPack views to the compiled function; that conversion is 
 timed with the call, as a solution written against torch would pay for its own launch.
 
 A compile failure is `COMPILE_ERROR` with the DSL's message. Where the package is not installed the
-attempt is `UNSUPPORTED` before any child starts (`available`).
+attempt is `UNSUPPORTED` before any child starts (`unavailable`). Its registry entry's loader:
+`preload` imports the DSL before the guards' snapshot, `load` wraps the entry.
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ import re
 import time
 from typing import Any
 
+from services.evaluator.languages import CompiledEntry, CompileFailed
+from services.evaluator.protocol import CandidateJob
+
 MAX_MESSAGE_CHARS = 4000
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the DSL colours its diagnostics
 INSTALL_HINT = ("language cute_dsl needs NVIDIA's CuTe DSL, which this evaluator does not have: "
                 "install nvidia-cutlass-dsl (and cuda-python) in its environment")
-
-
-class CompileFailed(Exception):
-    """`cute.compile` refused the solution: the attempt's status is COMPILE_ERROR."""
 
 
 def available() -> bool:
@@ -37,7 +37,19 @@ def available() -> bool:
         return False
 
 
-class CuteEntry:
+def unavailable() -> str | None:
+    return None if available() else INSTALL_HINT
+
+
+def preload() -> None:
+    import cutlass.cute  # noqa: F401  (trusted, and before the guard's snapshot)
+
+
+def load(entry: Any, job: CandidateJob) -> CuteEntry:
+    return CuteEntry(entry)
+
+
+class CuteEntry(CompiledEntry):
     """The entry of a `cute_dsl` solution, compiled per signature and called through DLPack."""
 
     def __init__(self, jit_function: Any) -> None:

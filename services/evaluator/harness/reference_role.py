@@ -1,8 +1,9 @@
 """The reference role of an attempt's child (trusted): every input set drawn from a seed of its own,
 hashed from the attempt's secret; the reference run on each; the expected outputs saved where the
 candidate cannot read them; the sets passed on to the candidate as seeds and digests or as files;
-the reference timed eager (and under torch.compile, for T_b). Runs inside `child.main`, whose
-phases, timing plan and traceback helpers it shares; the candidate's process never imports it.
+the reference timed eager (and under torch.compile, for T_b). Runs inside the harness's `main`, whose
+phases, timing plan and traceback helpers (`phases.py`) it shares with the candidate; the
+candidate's process does not import it (unless forked from the fork server, which preloads both).
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ from typing import Any
 
 import torch
 
-from services.evaluator import tensorfile
-from services.evaluator.child import PHASES, _phase, _plan, _traceback
-from services.evaluator.correctness import unmatchable
-from services.evaluator.entry import as_outputs, load_module
-from services.evaluator.inputs import InputError, digest, make_inputs, regenerable
-from services.evaluator.timing import synchronize, time_runs
+from services.evaluator.harness import tensorfile
+from services.evaluator.harness.correctness import unmatchable
+from services.evaluator.harness.entry import as_outputs, load_module
+from services.evaluator.harness.inputs import InputError, digest, make_inputs, regenerable
+from services.evaluator.harness.phases import PHASES, phase, timing_plan, traceback_tail
+from services.evaluator.harness.timing import synchronize, time_runs
+from services.evaluator.protocol import ReferenceJob
 from shared.schema import Definition, Workload
 
 
@@ -32,20 +34,20 @@ def set_seed(secret: int, workload: int, input_set: int) -> int:
     return int.from_bytes(digest[:8], "little") >> 2
 
 
-def run_reference(job: dict, definition: Definition, workload: Workload, index: int,
+def run_reference(job: ReferenceJob, definition: Definition, workload: Workload, index: int,
                   device: torch.device, state: dict) -> dict[str, Any]:
     if "module" not in state:
         try:
             state["module"] = load_module("reference", definition.reference, {}, "<reference>")
         except Exception:
             state["module"] = None
-            state["error"] = "loading the reference failed:\n" + _traceback()
+            state["error"] = "loading the reference failed:\n" + traceback_tail()
     reference = state["module"]
     if reference is None:
         return {"status": "INVALID_REFERENCE", "message": state["error"]}
-    rounds = job["correctness_rounds"]
+    rounds = job.correctness_rounds
     # (seed, digest) per set where the candidate makes the sets again; None: they travel as files
-    sets: list[tuple[int, list]] | None = [] if job.get("regenerate_inputs") and regenerable(workload) else None
+    sets: list[tuple[int, list]] | None = [] if job.regenerate_inputs and regenerable(workload) else None
     batch: dict[str, Any] = {}
 
     def begin() -> None:
@@ -60,9 +62,9 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
     try:
         for s in range(rounds):
             warm, _ = _reference_set(job, definition, workload, index, s, device, reference, sets)
-        with torch.no_grad(), _phase("timing"):  # warm-up on the last correctness round, as the candidate
+        with torch.no_grad(), phase("timing"):  # warm-up on the last correctness round, as the candidate
             latency = time_runs(lambda i: reference.run(*(batch["inputs"] if i >= 0 else warm).values()),
-                                device, _plan(job), begin=begin)
+                                device, timing_plan(job), begin=begin)
     except _SetFailed as failed:
         return {"status": failed.status, "message": failed.message}
     timing_inputs, timed_sets = batch["inputs"], batch["sets"]
@@ -71,12 +73,12 @@ def run_reference(job: dict, definition: Definition, workload: Workload, index: 
     result: dict[str, Any] = {"status": "OK", "latency": latency.as_dict(), "timed_sets": timed_sets}
     if sets is not None:  # for the candidate's job: it makes these sets again
         result.update(set_seeds=[seed for seed, _ in sets], set_digests=[made for _, made in sets])
-    if job.get("measure_compile"):
+    if job.measure_compile:
         result.update(_time_compiled(reference, timing_inputs, device, job))
     return result
 
 
-def _timed_sets(job: dict, definition: Definition, workload: Workload, index: int, device: torch.device,
+def _timed_sets(job: ReferenceJob, definition: Definition, workload: Workload, index: int, device: torch.device,
                 reference: ModuleType, sets: list | None) -> tuple[dict[str, Any], int]:
     """The timed runs' input sets, one per timed run, so that no timed run sees values that an
     earlier call saw: a cache keyed on input values, whatever its key, never hits where the time
@@ -87,14 +89,14 @@ def _timed_sets(job: dict, definition: Definition, workload: Workload, index: in
     under `timed_bytes` and their making under the timing budget, which bounds the candidate's
     memory (it holds each set, the guard's masked copy and the outputs) and the attempt's time.
     Returns the first set (the reference is timed on it) and the number made."""
-    first_set = job["correctness_rounds"]
-    wanted = _plan(job).wanted_runs(device)
-    floor = min(job["timing_sets"], wanted)
+    first_set = job.correctness_rounds
+    wanted = timing_plan(job).wanted_runs(device)
+    floor = min(job.timing_sets, wanted)
     began = time.perf_counter()
     first, set_bytes = _reference_set(job, definition, workload, index, first_set, device, reference, sets)
     made = 1
-    while made < wanted and (made < floor or ((made + 1) * set_bytes <= job["timed_bytes"]
-                                              and time.perf_counter() - began <= job["timing_budget_s"])):
+    while made < wanted and (made < floor or ((made + 1) * set_bytes <= job.timed_bytes
+                                              and time.perf_counter() - began <= job.timing_budget_s)):
         _reference_set(job, definition, workload, index, first_set + made, device, reference, sets)
         made += 1
     return first, made
@@ -127,51 +129,51 @@ class _SetFailed(Exception):
         self.status, self.message = status, message
 
 
-def _reference_set(job: dict, definition: Definition, workload: Workload, index: int, s: int,
+def _reference_set(job: ReferenceJob, definition: Definition, workload: Workload, index: int, s: int,
                    device: torch.device, reference: ModuleType, sets: list | None) -> tuple[dict[str, Any], int]:
     """Input set `s`: drawn from its own seed; its seed and digest appended to `sets` where the
     candidate makes it again, else saved for the candidate; the reference's outputs saved where
     the candidate cannot read them. Returns the inputs and the set's bytes (both sides).
     A set on which the reference's own outputs fail the tolerance against themselves (NaN, or -inf
     the workload does not allow) makes the workload INVALID_REFERENCE: no solution could pass it."""
-    seed = set_seed(job["seed"], index, s)
+    seed = set_seed(job.seed, index, s)
     try:
-        with _phase("inputs"):
+        with phase("inputs"):
             inputs = make_inputs(definition, workload, seed, device,
-                                 Path(job["problem_root"]) if job.get("problem_root") else None, reference)
+                                 Path(job.problem_root) if job.problem_root else None, reference)
     except InputError as error:
         raise _SetFailed("INPUT_ERROR", str(error)) from None
     except Exception:
-        raise _SetFailed("INVALID_REFERENCE", "making inputs failed:\n" + _traceback()) from None
+        raise _SetFailed("INVALID_REFERENCE", "making inputs failed:\n" + traceback_tail()) from None
     if sets is None:  # a timed set's file hidden until the outer clock's `go`, where the clock is on
-        folder = job.get("timed_dir") if s >= job["correctness_rounds"] else None
-        with _phase("save"):
-            tensorfile.save(inputs, Path(folder or job["inputs_dir"]) / f"w{index}_s{s}.st")
+        folder = job.timed_dir if s >= job.correctness_rounds else None
+        with phase("save"):
+            tensorfile.save(inputs, Path(folder or job.inputs_dir) / f"w{index}_s{s}.st")
     else:
-        with _phase("digest"):  # before the reference runs, as the file was saved before it
+        with phase("digest"):  # before the reference runs, as the file was saved before it
             sets.append((seed, digest(inputs)))
     try:
-        with torch.no_grad(), _phase("reference"):
+        with torch.no_grad(), phase("reference"):
             outputs = as_outputs(definition, reference.run(*inputs.values()))
             synchronize(device)
     except Exception:
-        raise _SetFailed("INVALID_REFERENCE", "the reference raised:\n" + _traceback()) from None
+        raise _SetFailed("INVALID_REFERENCE", "the reference raised:\n" + traceback_tail()) from None
     problem = unmatchable(outputs, workload.effective_tolerance)
     if problem:
         raise _SetFailed("INVALID_REFERENCE", f"the reference's outputs on input set {s} cannot be matched, "
                                               f"not even by the reference: {problem}. The workload's inputs take "
                                               f"the reference out of its range.")
-    with _phase("hold"):
+    with phase("hold"):
         _hold(f"w{index}_s{s}", outputs, device)
     return inputs, sum(v.nbytes for v in (*inputs.values(), *outputs.values()) if isinstance(v, torch.Tensor))
 
 
-def _time_compiled(reference: ModuleType, inputs: dict[str, Any], device: torch.device, job: dict) -> dict[str, Any]:
+def _time_compiled(reference: ModuleType, inputs: dict[str, Any], device: torch.device, job: ReferenceJob) -> dict[str, Any]:
     """torch.compile on the reference, for T_b. A reference that does not compile has no such time."""
     try:
         compiled = torch.compile(reference.run)
         with torch.no_grad():
-            latency = time_runs(lambda i: compiled(*inputs.values()), device, _plan(job))
+            latency = time_runs(lambda i: compiled(*inputs.values()), device, timing_plan(job))
     except Exception:  # any failure of the compiler stack only means there is no compiled baseline
-        return {"compile_error": _traceback()[-1000:]}
+        return {"compile_error": traceback_tail()[-1000:]}
     return {"compile_ms": latency.median_ms}

@@ -11,6 +11,8 @@ compiling torch's headers (`torch/extension.h`), which is why agents are steered
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
+import importlib.util
 import json
 import os
 import shutil
@@ -18,8 +20,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-from services.evaluator.nvcc import (BuildCache, Cubin, compiler_excerpt, define_flags, from_cache, nvcc_version,
+from services.evaluator.languages import Built
+from services.evaluator.protocol import CandidateJob
+from services.evaluator.languages.nvcc import (BuildCache, Cubin, compiler_excerpt, define_flags, from_cache, nvcc_version,
                                     write_sources)
 from shared.schema import Solution
 
@@ -47,6 +52,34 @@ def extension_key(solution: Solution, arch: str, tunables: dict[str, object]) ->
 
 def module_name(key: str) -> str:
     return f"ks_ext_{key[:20]}"
+
+
+def build(solution: Solution, target: Path, tunables: dict[str, object], arch: str,
+          cache: BuildCache | None = None) -> Built:
+    """The registry's build step for `cuda_cpp`: the extension module, saved into the solution's
+    folder under its module name (the file name is what Python imports it by)."""
+    built = build_extension(solution, arch, tunables, target.parent / "torchext", cache)
+    if not built.ok:
+        return Built(False, built.log, seconds=built.seconds)
+    library = target / f"{module_name(built.key)}.so"
+    library.write_bytes(built.cubin)
+    return Built(True, artifact=library, seconds=built.seconds, cached=built.cached)
+
+
+def load(entry: Any, job: CandidateJob) -> Any:
+    """In the candidate's child: the entry is a function of the built extension module (the entry
+    point's file is C++; there is no Python entry)."""
+    library = Path(job.artifact_path)
+    symbol = job.entry_symbol
+    loader = importlib.machinery.ExtensionFileLoader(library.stem, str(library))
+    spec = importlib.util.spec_from_loader(library.stem, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    function = getattr(module, symbol, None)
+    if not callable(function):
+        raise AttributeError(f"the extension defines no function `{symbol}` (bind it with "
+                             f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def(\"{symbol}\", ...); }})")
+    return function
 
 
 def build_extension(solution: Solution, arch: str, tunables: dict[str, object], workdir: Path,

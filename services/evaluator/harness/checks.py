@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from services.evaluator import tensorfile
-from services.evaluator.correctness import Check, compare
+from services.evaluator.harness import tensorfile
+from services.evaluator.harness.correctness import Check, compare
 from shared.schema import Definition, Problem, Status, Tolerance
 
 

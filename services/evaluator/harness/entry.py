@@ -7,7 +7,6 @@ what an entry returned named as the definition's outputs. Part of the harness th
 from __future__ import annotations
 
 import functools
-import importlib.machinery
 import importlib.util
 import sys
 from pathlib import Path
@@ -16,8 +15,9 @@ from typing import Any
 
 import torch
 
-from services.evaluator.cutedsl import CuteEntry
-from services.evaluator.inputs import torch_dtype
+from services.evaluator.languages import entry_for
+from services.evaluator.protocol import CandidateJob
+from services.evaluator.harness.inputs import torch_dtype
 from shared.schema import Definition
 
 
@@ -51,48 +51,25 @@ def as_outputs(definition: Definition, returned: Any) -> dict[str, Any]:
     return dict(zip(names, returned))
 
 
-def load_entry(job: dict):
-    source_dir = Path(job["solution_dir"])
-    if job.get("extension_path"):
-        return _extension_entry(Path(job["extension_path"]), job["entry_symbol"])
-    path = source_dir / job["entry_file"]
-    sys.path.insert(0, str(source_dir))
-    module = load_module("solution_entry", path.read_text(), job["tunables"], str(path))
-    entry = getattr(module, job["entry_symbol"], None)
-    if not callable(entry):
-        raise AttributeError(f"{job['entry_file']} defines no callable `{job['entry_symbol']}`")
-    if job.get("cubin_path"):
-        return _with_kernels(entry, Path(job["cubin_path"]), torch.device(job["device"]))
-    if job.get("language") == "cute_dsl":
-        return CuteEntry(entry)
-    return entry
-
-
-def _extension_entry(library: Path, symbol: str):
-    """Language `cuda_cpp`: the entry is a function of the built extension module."""
-    loader = importlib.machinery.ExtensionFileLoader(library.stem, str(library))
-    spec = importlib.util.spec_from_loader(library.stem, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    entry = getattr(module, symbol, None)
-    if not callable(entry):
-        raise AttributeError(f"the extension defines no function `{symbol}` (bind it with "
-                             f"PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{ m.def(\"{symbol}\", ...); }})")
-    return entry
+def load_entry(job: CandidateJob):
+    """The solution's entry for its language (`languages.REGISTRY`): its Python entry where it has
+    one, as the language's loader makes it."""
+    language = entry_for(job.language)
+    entry = None
+    if language.python_entry:
+        source_dir = Path(job.solution_dir)
+        path = source_dir / job.entry_file
+        sys.path.insert(0, str(source_dir))
+        module = load_module("solution_entry", path.read_text(), job.tunables, str(path))
+        entry = getattr(module, job.entry_symbol, None)
+        if not callable(entry):
+            raise AttributeError(f"{job.entry_file} defines no callable `{job.entry_symbol}`")
+    return language.load(entry, job)
 
 
 def cubin_kernels(entry) -> Any:
     """The `kernels` handle (`launch.Kernels`) of a `cuda` solution's entry; None for other languages."""
     return entry.keywords.get("kernels") if isinstance(entry, functools.partial) else None
-
-
-def _with_kernels(entry, cubin_path: Path, device: torch.device):
-    """Language `cuda`: the entry gets `kernels=`; torch's current stream becomes the launcher's."""
-    from services.evaluator.launch import Kernels
-
-    kernels = Kernels(cubin_path.read_bytes(), device)
-    torch.cuda.set_stream(torch.cuda.ExternalStream(kernels.stream().handle, device=device))
-    return functools.partial(entry, kernels=kernels)
 
 
 def load_module(name: str, source: str, constants: dict[str, Any], filename: str) -> ModuleType:

@@ -1,5 +1,5 @@
-"""A candidate's private view of the file systems (`sandbox._confine` takes it, between fork and
-exec, where the evaluator can give it a mount namespace; `sandbox.candidate_view` says what it holds).
+"""A candidate's private view of the file systems (`confine.confine` takes it, between fork and
+exec, where the evaluator can give it a mount namespace; `isolation.candidate_view` says what it holds).
 
 In a mount namespace of its own, /tmp and /dev/shm are empty tmpfs of its own (where the scratch
 folders of every attempt and spare live), the folders it is given are bound back in, and every
@@ -30,7 +30,7 @@ class _MountAttr(ctypes.Structure):
 
 
 def encoded_view(view) -> tuple[tuple[bytes, bool], ...]:
-    """`sandbox.candidate_view`'s pairs with their paths as bytes, as `private_view` takes them."""
+    """`isolation.candidate_view`'s pairs with their paths as bytes, as `private_view` takes them."""
     return tuple((os.fsencode(path), bool(writable)) for path, writable in view)
 
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from services.evaluator import timing
-from services.evaluator.correctness import Check
+from services.evaluator.harness import timing
+from services.evaluator.harness.correctness import Check
 from shared.schema import Status, Tolerance
 
 def bind(device: torch.device) -> bool:
@@ -84,7 +84,7 @@ class Importer:
     def load(self, descriptor: dict[str, Any], expected: dict[str, Any]) -> dict[str, Any] | Check:
         """The set as tensors of this process (copies), or the Check that stops it: a shape or
         dtype the expected outputs do not have is said by name before anything is copied."""
-        from services.evaluator.correctness import compare
+        from services.evaluator.harness.correctness import compare
 
         values: dict[str, Any] = dict(descriptor.get("scalars", {}))
         for name, entry in descriptor.get("tensors", {}).items():

@@ -34,20 +34,22 @@ from typing import Any
 
 import torch
 
-from services.evaluator import timing
+from services.evaluator.harness import timing
 
 
-HARNESS = ("services.evaluator.child", "services.evaluator.timing", "services.evaluator.guards",
-           "services.evaluator.gpu_handover",
-           "services.evaluator.tensorfile", "services.evaluator.inputs", "services.evaluator.entry",
-           "services.evaluator.launch")
+HARNESS = tuple(f"services.evaluator.{name}" for name in (
+    "harness.main", "harness.candidate", "harness.phases", "harness.clock", "harness.timing", "harness.guards",
+    "harness.gpu_handover", "harness.tensorfile", "harness.inputs", "harness.entry", "languages.launch"))
 KEPT_MODULES = (*HARNESS, "time", "statistics", "json", "math", "os", "gc", "threading", "torch", "builtins",
                 "safetensors", "safetensors.torch", "pathlib")
 _MISSING = object()
 
 
 def _watched() -> list[tuple[Any, str]]:
-    from services.evaluator import child, entry, launch, tensorfile, timing
+    from services.evaluator.harness import entry, phases, tensorfile
+    from services.evaluator.languages import launch
+
+    candidate = sys.modules.get("services.evaluator.harness.candidate")  # the role that makes a guard
 
     watched: list[tuple[Any, str]] = [
         (time, "perf_counter"), (time, "perf_counter_ns"), (time, "monotonic"), (time, "time"),
@@ -65,13 +67,13 @@ def _watched() -> list[tuple[Any, str]]:
         watched += [(runtime, name) for name in ("cudaCtxResetPersistingL2Cache", "cudaError_t",
                                                  "cudaIpcGetMemHandle", "cudaIpcMemHandle_t")]
         watched += [(driver, "cuMemGetAddressRange")]
-    watched += [(child, name) for name in ("_invoke", "_call", "_write_json", "run_candidate", "cubin_kernels",
-                                           "foreign_kernels")]
+    if candidate is not None:  # found by name: the candidate imports this module, not the other way round
+        watched += [(candidate, name) for name in ("_invoke", "_call", "run_candidate", "cubin_kernels",
+                                                   "foreign_kernels")]
+    watched += [(phases, "write_json")]
     watched += [(entry, name) for name in ("empty_outputs", "as_outputs", "cubin_kernels")]
     watched += [(launch, "foreign_kernels"), (launch.Kernels, "defines")]  # a `cuda` solution's kernels its own
-    from services.evaluator import guards
-
-    watched += [(guards.Guard, name) for name in ("check", "check_inputs", "check_outputs", "check_call")]
+    watched += [(Guard, name) for name in ("check", "check_inputs", "check_outputs", "check_call")]
     # What the harness calls between the solution's calls and the result file, input sets made
     # again from their seeds and their digests included.
     watched += [(torch, name) for name in ("equal", "isfinite", "full", "zeros", "empty", "randn", "randint",

@@ -25,13 +25,10 @@ processes that start children (the evaluator, the fork server) make themselves n
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import logging
 import os
-import platform
 import pwd
-import resource
 import signal
 import socket
 import subprocess
@@ -43,18 +40,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.evaluator import memcap
-from services.evaluator.fsview import SCRATCH_MOUNTS, encoded_view, private_view
-from services.evaluator.forkserver import CLOCK_FD, ForkServer, ServerGone
-from shared.process import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, die_with_parent, libc, set_parent_death_signal
+from services.evaluator.sandbox import memcap
+from services.evaluator.sandbox.fsview import SCRATCH_MOUNTS, encoded_view
+from services.evaluator.sandbox.forkserver import CLOCK_FD, ForkServer, ServerGone
+from services.evaluator.sandbox.confine import CLONE_NEWNET, confine
+from shared.process import die_with_parent, libc, protect_self
 
-PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-CHILD_MODULE = "services.evaluator.child"
+PACKAGE_ROOT = Path(__file__).resolve().parents[3]
+CHILD_MODULE = "services.evaluator.harness"
 log = logging.getLogger(__name__)
 PASS_THROUGH = ("CUDA_VISIBLE_DEVICES", "LD_LIBRARY_PATH", "CUDA_HOME", "OMP_NUM_THREADS", "LANG")
 LOG_TAIL_CHARS = 8000
-CLONE_NEWNET = 0x40000000
-CLONE_NEWUSER = 0x10000000
 # On a CUDA device the entries of processes in /proc stay writable (`fsview._per_process_proc`):
 # CUDA's driver writes to its own at cuInit (a read-only /proc fails it, CUDA error 304, measured on
 # the H200: bench/sandbox_cuda_probe.py). Its /dev/shm is private as on a CPU (the output sets' CUDA
@@ -64,17 +60,6 @@ SHARED_ON_CUDA = ("/proc",)
 # Folders (separated by ':') an isolated candidate may write besides its own: for tests that need a
 # way out of the attempt (the hack suite's drop folder), never set in a deployment.
 WRITABLE_ENV = "KERNELSWARM_SANDBOX_WRITABLE"
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
-CAPSET_SYSCALL = {"x86_64": 126, "aarch64": 91}.get(platform.machine())  # no wrapper in glibc
-CAPABILITY_VERSION_3 = 0x20080522
-LAST_CAPABILITY = 63  # beyond the kernel's last one PR_CAPBSET_DROP fails with EINVAL: harmless
-LIMITS = {
-    resource.RLIMIT_NOFILE: 4096,
-    resource.RLIMIT_FSIZE: 64 << 30,  # no file larger than 64 GiB
-    resource.RLIMIT_CORE: 0,
-}
-NPROC_LIMIT = 4096  # threads count too: torch starts many
-OOM_SCORE_ADJ = 1000  # the most: an isolated child is the OOM killer's first choice
 UNPRIVILEGED_USER = "nobody"
 
 
@@ -155,14 +140,6 @@ def shared_folders(device: str) -> tuple[str, ...]:
     return SHARED_ON_CUDA if device.startswith("cuda") else ()
 
 
-@functools.cache
-def protect_self() -> None:
-    """This process is not dumpable from now on: a process of the same user without CAP_SYS_PTRACE
-    (a candidate that could not become `nobody`) cannot read its /proc/<pid>/mem or environ, nor
-    attach to it. Children it forks inherit it; what they exec does not."""
-    libc().prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
-
-
 def unprivileged_ids() -> tuple[int, int] | None:
     """(uid, gid) the candidate runs as, or None when the evaluator cannot switch: not root, or
     Python itself or this package lies where others may not read (a root-only home directory)."""
@@ -191,7 +168,7 @@ def _world_usable(path: Path) -> bool:
 @dataclass
 class StartedChild:
     """A child started ahead of its job: it imports what it needs, then waits for one line on
-    stdin, the path of its job (`child.py`), and only then does anything the job asks. `channel`
+    stdin, the path of its job (`harness/main.py`), and only then does anything the job asks. `channel`
     is the evaluator's end of a private socket pair whose other end the child holds as descriptor
     `channel_fd` (the outer clock's, `outer_clock`)."""
     process: subprocess.Popen
@@ -232,7 +209,7 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
     """`python -m <args>` in `workdir`, stdout and stderr to `log_path`, stdin a pipe for its job.
     With `isolate`, the child is confined (see the module docstring); the folders it must write
     are the caller's to hand over (`unprivileged_ids`). The evaluator's own child
-    (`-m services.evaluator.child`) is forked by this process's fork server, with torch already
+    (`-m services.evaluator.harness`) is forked by this process's fork server, with torch already
     imported (unless `fork_server` is False: KERNELSWARM_FORK_SERVER); where that server cannot run,
     and for anything else, the child is a new interpreter. Either way it inherits one end of a
     private socket pair (`StartedChild.channel`). `memory_bytes`: the isolated child's address space
@@ -274,13 +251,13 @@ def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_s
             log.exception("no fork server: starting the child as a new interpreter")
     # Decided before the fork, per call (attempts may start children from several threads at once):
     # between fork and exec the hook only calls what was resolved here.
-    confine = functools.partial(_confine, isolate, ids, libc(), encoded_view(view), memory_bytes, cgroup_procs)
+    confine_child = functools.partial(confine, isolate, ids, libc(), encoded_view(view), memory_bytes, cgroup_procs)
 
     def spawn() -> subprocess.Popen:
         with open(log_path, "wb") as log_file:
             return subprocess.Popen([sys.executable, *args], cwd=workdir, env=scrubbed_env(workdir),
                                     stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=confine, pass_fds=(channel,))
+                                    start_new_session=True, preexec_fn=confine_child, pass_fds=(channel,))
 
     return _spawner().submit(spawn).result(), channel  # pass_fds keeps its number
 
@@ -376,103 +353,6 @@ def _tail(path: Path) -> str:
     return data.decode(errors="replace")
 
 
-def _confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: tuple[tuple[bytes, bool], ...] = (),
-             memory_bytes: int | None = None, cgroup_procs: bytes | None = None) -> None:
-    """Runs in the child between fork and exec. Every child dies with the evaluator (a SIGKILLed
-    evaluator leaves no candidate spinning on its GPU). An isolated one then gets limits, network,
-    a private view of the file systems (`view`, `fsview.private_view`; empty: none), identity or no
-    capabilities, in that order (the last gives up the privileges the others need). The
-    evaluator has other threads, so nothing here may take a lock one of them could have held at
-    the fork: no dlopen (`lib` was loaded before), no imports."""
-    if isolate:
-        if cgroup_procs is not None:  # while /sys/fs/cgroup is still writable to it (the view)
-            _join_cgroup(cgroup_procs)
-        for limit, value in LIMITS.items():
-            resource.setrlimit(limit, (value, value))
-        if memory_bytes:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
-        lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
-        _first_for_the_oom_killer()
-        if os.geteuid() != 0 and view:  # a user namespace of its own: network, mounts, then no capabilities
-            if not (_enter_user_namespace(lib) and private_view(view, lib)):
-                os.write(2, b"kernelswarm sandbox: no user namespace here; files outside its folders stay writable\n")
-            elif not _drop_capabilities(lib):
-                os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
-        if os.geteuid() == 0:
-            if lib.unshare(CLONE_NEWNET) != 0:
-                os.write(2, b"kernelswarm sandbox: no network namespace here; network stays reachable\n")
-            if view and not private_view(view, lib):
-                os.write(2, b"kernelswarm sandbox: no private view here; files outside its folders stay writable\n")
-            if ids is not None:
-                resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
-                uid, gid = ids
-                os.setgroups([])
-                os.setgid(gid)
-                os.setuid(uid)
-            elif view and not _drop_capabilities(lib):
-                os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
-    set_parent_death_signal(signal.SIGKILL, lib)  # the forking thread is `_spawner`'s
-
-
-def _join_cgroup(procs: bytes) -> None:
-    """This process (and all it starts) into its memory cgroup (`memcap`), by its `cgroup.procs`."""
-    if not _write(procs, b"0"):
-        os.write(2, b"kernelswarm sandbox: its memory cgroup could not be joined; host memory stays unbounded\n")
-
-
-def _first_for_the_oom_killer() -> None:
-    """The kernel's OOM killer takes this process (and what it starts) before any other: on a GPU
-    device its host memory is bounded only where the evaluator can make a cgroup (`memcap`; no
-    `memory_limit` there), and a machine out of memory must lose the candidate, not the evaluator or
-    a service beside it. Raising one's own score needs no privilege; before the private view, which
-    makes /proc read-only."""
-    if not _write(b"/proc/self/oom_score_adj", b"%d" % OOM_SCORE_ADJ):
-        os.write(2, b"kernelswarm sandbox: the OOM killer's score could not be raised\n")
-
-
-def _write(path: bytes, data: bytes) -> bool:
-    """`data` written to the file at `path` (a kernel interface: one write, no buffering, no
-    imports: it runs between fork and exec); False where it could not be."""
-    try:
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-    except OSError:
-        return False
-    return True
-
-
-def _enter_user_namespace(lib: ctypes.CDLL) -> bool:
-    """A user namespace of its own in which this process keeps its uid and gid (each mapped to
-    itself) and, until it execs or drops them, every capability over its own new namespaces: a
-    network namespace (no interface but a downed loopback) made with it, and the mount namespace
-    `fsview.private_view` makes next. What an evaluator that is not root can give its candidate."""
-    uid, gid = os.getuid(), os.getgid()
-    # Inherited from the evaluator (`protect_self`), not dumpable would leave /proc/self/uid_map
-    # to root: this process could not write its own map. Its own memory is the candidate's.
-    lib.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
-    if lib.unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0:
-        return False
-    return all(_write(name, text) for name, text in (
-        (b"/proc/self/setgroups", b"deny"), (b"/proc/self/uid_map", b"%d %d 1" % (uid, uid)),
-        (b"/proc/self/gid_map", b"%d %d 1" % (gid, gid))))
-
-
-def _drop_capabilities(lib: ctypes.CDLL) -> bool:
-    """Every capability gone, for good: the bounding set emptied (no exec gives any back), no new
-    privileges, effective, permitted and inheritable sets empty. The uid stays 0."""
-    lib.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-    for capability in range(LAST_CAPABILITY + 1):
-        lib.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0)
-    if CAPSET_SYSCALL is None:
-        return False
-    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
-    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable}, all zero
-    return lib.syscall(CAPSET_SYSCALL, header, data) == 0
-
-
 @functools.cache
 def _can_shield(part: str) -> bool:
     """Whether a child here can mount read-only in a namespace of its own (`part` "mount":
@@ -486,11 +366,11 @@ def _can_shield(part: str) -> bool:
         view = ((folder.encode(), False), (own.encode(), True))
         read_only = (f"private_view({view!r}, lib) and os.access({own!r}, os.W_OK) "
                      f"and not os.access({other!r}, os.W_OK)")
-        test = {"mount": read_only, "capabilities": "_drop_capabilities(lib)",
-                "user_namespace": f"_enter_user_namespace(lib) and {read_only} and _drop_capabilities(lib)"}[part]
+        test = {"mount": read_only, "capabilities": "drop_capabilities(lib)",
+                "user_namespace": f"enter_user_namespace(lib) and {read_only} and drop_capabilities(lib)"}[part]
         code = (f"import ctypes, os, sys; sys.path.insert(0, {str(PACKAGE_ROOT)!r}); "
-                "from services.evaluator.fsview import private_view; "
-                "from services.evaluator.sandbox import _drop_capabilities, _enter_user_namespace; "
+                "from services.evaluator.sandbox.fsview import private_view; "
+                "from services.evaluator.sandbox.confine import drop_capabilities, enter_user_namespace; "
                 f"lib = ctypes.CDLL(None, use_errno=True); sys.exit(0 if {test} else 1)")
         try:
             return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0

@@ -1,0 +1,218 @@
+"""The candidate's role in its child (untrusted code runs here): makes each input set again from
+its seed and checks its digest (a set it cannot make identically is reported, not run), or loads it
+from its file; runs the solution on each set into outputs pre-filled with NaN, saves them, then
+times it, each timed call on a fresh copy of an input set of its own and into fresh NaN-filled
+outputs, inside the outer clock's window where it is on (`harness/main.py` says the whole child).
+It never sees the attempt's secret or the expected outputs; a set's seed gives it only that set's
+values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from services.evaluator.harness import gpu_handover, tensorfile
+from services.evaluator.languages import CompiledEntry, CompileFailed, entry_for
+from services.evaluator.harness.entry import as_outputs, cubin_kernels, empty_outputs, load_entry
+from services.evaluator.harness.guards import Guard, snapshot
+from services.evaluator.harness.inputs import NOT_REPRODUCED, digest, make_inputs
+from services.evaluator.languages.launch import foreign_kernels
+from services.evaluator.harness.phases import PHASES, phase, timing_plan, traceback_tail
+from services.evaluator.harness.timing import bind_runtime, sm_clock_mhz, synchronize, time_runs
+from services.evaluator.protocol import CandidateJob
+from shared.schema import Definition, Workload
+
+
+
+def run_candidate(job: CandidateJob, definition: Definition, workload: Workload, index: int,
+                  device: torch.device, state: dict) -> dict[str, Any]:
+    try:
+        if "entry" not in state:
+            entry_for(job.language).preload()  # trusted imports, before the guard's snapshot
+            bind_runtime(device)  # what the timer resets persisting L2 lines with, before the guard's snapshot
+            # Output sets shared in GPU memory where the job says so and cuda-python is here (else files).
+            state["share"] = bool(job.gpu_handover) and state["clock"] is not None \
+                and device.type == "cuda" and gpu_handover.bind(device)
+            guard = state["guard"] = Guard()  # before the solution's code runs at all
+            # The verdict's own path, bound before the solution may rebind this module's names.
+            state["verdict"] = (_enforce, guard.check, guard.check_inputs, guard.check_outputs, guard.check_call)
+            state["entry"] = load_entry(job)
+            state["verdict"][0](state["verdict"][1]())
+        enforce, check, check_inputs, check_outputs, check_call = state["verdict"]
+        entry = state["entry"]
+        dps = job.destination_passing_style
+        outputs_dir = Path(job.outputs_dir)
+        rounds, timed_sets = job.correctness_rounds, dict(zip(job.indices, job.timed_sets))[index]
+        axes = definition.resolve_axes(workload.axes)
+        k = job.indices.index(index)
+        given = [job.set_seeds[k], job.set_digests[k]]  # the timed sets' are added at the clock's `go`
+        share = state["share"]
+        held: dict[int, dict[str, Any]] = {}  # output sets kept on the device until `sealed`, where shared
+        inputs: dict[str, Any] | None = None
+        for s in range(rounds):
+            inputs = _input_set(job, definition, workload, index, s, device, given)
+            before = snapshot(inputs)
+            outputs = _call(entry, definition, axes, inputs, dps, device)
+            enforce(check() or check_inputs(before, inputs) or check_outputs(outputs))
+            if share:  # a copy of this moment's values (a later call may reuse the solution's buffers)
+                held[s] = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in outputs.items()}
+                continue
+            with phase("save"):
+                tensorfile.save(outputs, outputs_dir / f"w{index}_s{s}.st")
+        timed: list[dict[str, Any]] = []
+        timed_before: list[Any] = []  # the sources of every timed copy stay as they came
+        clock = state["clock"]
+
+        def hand_over() -> None:
+            """The timed sets, once the outer clock said `go` (its seeds arrive with it) where it is on."""
+            if clock is not None:
+                given[:] = _with_timed_seeds(given, clock.ready(workload.uuid))
+            timed[:] = [_input_set(job, definition, workload, index, rounds + t, device, given)
+                        for t in range(timed_sets)]
+            timed_before[:] = [snapshot(t) for t in timed]
+
+        if clock is None:
+            hand_over()
+        warm = inputs  # the warm-up runs repeat the last correctness round: no timed set is seen before its run
+        staged: list[tuple[dict[str, Any], dict[str, torch.Tensor]]] = []
+        last: dict[int, dict[str, Any]] = {}
+
+        def prepare(i: int) -> None:
+            """Untimed: a copy of the run's input set at new addresses and outputs pre-filled with
+            NaN. Timed run i has set i to itself; an address used before holds other values now."""
+            source = timed[i] if i >= 0 else warm
+            fresh = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in source.items()}
+            staged[:] = [(fresh, empty_outputs(definition, axes, device))]
+
+        def run(i: int) -> None:
+            inputs, buffers = staged[-1]
+            outputs = _invoke(entry, inputs, buffers, dps, definition)
+            if i >= 0:
+                last[i] = outputs
+            enforce(check_call())  # before the timer's end reading
+
+        plan = dataclasses.replace(timing_plan(job), max_runs=timed_sets,
+                                   warmup_runs=job.warmup_runs if warm is not None else 0)
+        clock_before = sm_clock_mhz(device)
+        with phase("timing"):
+            latency = time_runs(run, device, plan, prepare, hand_over if clock is not None else None)
+        clock_after = sm_clock_mhz(device)
+        own = cubin_kernels(entry)
+        if own is not None:  # a `cuda` solution: the kernels its timed runs ran must be its own
+            enforce(foreign_kernels(latency.kernels, own.defines))
+        for t, outputs in last.items():  # inside the outer clock's window: the outputs exist at `end`
+            enforce(check_outputs(outputs))
+            if share:
+                held[rounds + t] = outputs
+                continue
+            with phase("save"):
+                tensorfile.save(outputs, outputs_dir / f"w{index}_s{rounds + t}.st")
+        shared, keep = _share(held, device, outputs_dir, index)
+        if clock is not None:
+            clock.end(workload.uuid, latency.runs, latency.total_ms, latency.median_ms, shared)
+        del keep, held
+        enforce(check())
+        for before, after in zip(timed_before, timed):
+            enforce(check_inputs(before, after))
+    except HackDetected as hack:
+        return {"status": "REWARD_HACK", "message": str(hack)}
+    except _NotReproduced as differs:  # the solution's doing where the guard sees why
+        violation = state["verdict"][1]()
+        if violation:
+            return {"status": "REWARD_HACK", "message": violation}
+        return {"status": NOT_REPRODUCED, "message": str(differs)}
+    except CompileFailed as refused:  # a language compiling in the child (cute_dsl) refused it
+        return {"status": "COMPILE_ERROR", "message": str(refused)}
+    except Exception:
+        return {"status": "RUNTIME_ERROR", "message": traceback_tail()}
+    finally:
+        if isinstance(state.get("entry"), CompiledEntry):
+            PHASES["compile"] = round(state["entry"].compile_s, 4)
+    if not math.isfinite(latency.median_ms):
+        return {"status": "RUNTIME_ERROR", "message": "timing produced no finite latency"}
+    timing = {**latency.as_dict(), "sm_clock_mhz_before": clock_before, "sm_clock_mhz_after": clock_after}
+    return {"status": "OK", "latency": timing}
+
+
+class HackDetected(Exception):
+    pass
+
+
+class _NotReproduced(Exception):
+    pass
+
+
+def _input_set(job: CandidateJob, definition: Definition, workload: Workload, index: int, s: int,
+               device: torch.device, given: list) -> dict[str, Any]:
+    """Input set `s` of the workload: made again from its seed where `given` (seeds, digests) has
+    them, and then identical to the reference's (its digest) or refused; else loaded from its file."""
+    seeds, digests = given
+    if seeds is None:
+        with phase("load"):
+            return tensorfile.load(Path(job.inputs_dir) / f"w{index}_s{s}.st", device)
+    with phase("inputs"):
+        inputs = make_inputs(definition, workload, seeds[s], device, None, None)
+    with phase("digest"):
+        made = digest(inputs)
+    if made != digests[s]:
+        differ = [str(ours[0]) for ours, theirs in zip(made, digests[s]) if ours != theirs] or ["the set's layout"]
+        raise _NotReproduced(f"input set {s} could not be made again identically in the candidate's process "
+                             f"({', '.join(differ)}: another digest than in the reference's process); not the "
+                             f"solution's fault: the workload's inputs do not come out the same from the same "
+                             f"seed in two processes on this device")
+    return inputs
+
+
+def _share(held: dict[int, dict[str, Any]], device: torch.device, outputs_dir: Path,
+           index: int) -> tuple[dict[int, Any] | None, list]:
+    """The held output sets' descriptors (`gpu_handover.export_set`), once the device is idle (no
+    work of the solution's still writing them); a set that cannot be shared is saved to its file.
+    Returns None where nothing is held (files only) and what must stay alive until `sealed`."""
+    if not held:
+        return None, []
+    shared: dict[int, Any] = {}
+    keep: list = []
+    synchronize(device)
+    with phase("export"):
+        for s, outputs in held.items():
+            exported = gpu_handover.export_set(outputs, device)
+            if exported is None:
+                tensorfile.save(outputs, outputs_dir / f"w{index}_s{s}.st")
+                continue
+            shared[s], kept = exported
+            keep.extend(kept)
+    return shared, keep
+
+
+def _with_timed_seeds(given: list, go: dict[str, Any]) -> list:
+    """(seeds, digests) with the timed sets' added, which the outer clock's `go` carries (None: files)."""
+    seeds, digests = given
+    if go.get("set_seeds") is None:
+        return given
+    return [[*seeds, *go["set_seeds"]], [*digests, *go["set_digests"]]]
+
+
+def _enforce(violation: str | None) -> None:
+    if violation:
+        raise HackDetected(violation)
+
+
+def _call(entry, definition: Definition, axes: dict[str, int], inputs: dict[str, Any], dps: bool,
+          device: torch.device) -> dict[str, Any]:
+    buffers = empty_outputs(definition, axes, device)
+    outputs = _invoke(entry, inputs, buffers, dps, definition)
+    synchronize(device)
+    return outputs
+
+
+def _invoke(entry, inputs: dict[str, Any], buffers: dict[str, torch.Tensor], dps: bool,
+            definition: Definition) -> dict[str, Any]:
+    if dps:
+        entry(*inputs.values(), *buffers.values())
+        return buffers
+    return as_outputs(definition, entry(*inputs.values()))
