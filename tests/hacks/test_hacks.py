@@ -27,7 +27,7 @@ Not covered here (GPU only, or not yet caught anywhere):
   can time at all (HOST_CLOCK), and not where it is plausible (xfail below; on a GPU the same hole
   holds a short kernel's whole timed batch: tests/gpu/test_gpu_hacks.py, a strict xfail too,
   hole 7 of hardening.md). Work left to a signal handler after the timer's end reading (SIGNALS)
-  is caught by the signal guard (services/evaluator/signal_guard.py);
+  is caught by the signal guard (services/evaluator/harness/signal_guard.py);
 - the candidate's process reading the evaluator's memory (/proc/<ppid>/mem) or environment where
   it runs as the evaluator's user: the environment case below; memory is the same hole.
 """
