@@ -41,6 +41,7 @@ class Settings(BaseModel):
     workload_timeout_s: float = 120.0  # the candidate is killed when one workload makes no progress this long
     scratch_dir: Path | None = None
     fork_server: bool = True  # fork children from a process with torch imported; false: a new interpreter each
+    outer_clock_retimes: int = 3  # a timed batch over the outer clock's allowance is timed again at most this often
     calibrate: bool = True  # a GPU evaluator measures its ceilings at start when none younger than 7 days is stored
     # Writers and planner.
     writers: int = 3

@@ -14,8 +14,11 @@ from typing import Any
 
 from services.evaluator.config import EvalConfig
 from services.evaluator.harness.correctness import Check
-from services.evaluator.outer_clock import OuterClock, allowed_ms, judge
-from services.evaluator.protocol import MAX_CHECK_REPLY, CandidateJob, ReferenceJob, WorkloadResult, send
+from services.evaluator.outer_clock import OuterClock, Window
+from services.evaluator.protocol import (
+    MAX_CHECK_REPLY, MAX_SETS_REPLY, CandidateJob, ReferenceJob, WorkloadResult, send,
+)
+from services.evaluator.retime import ClockAccount, account
 from services.evaluator.sandbox.isolation import StartedChild, finish_child, unprivileged_ids
 from shared.schema import Status
 
@@ -35,20 +38,18 @@ class ChildResults:
     checker: Checker | None = None  # the reference's process, still running, where it became the checker
     memory_exceeded_bytes: int | None = None  # killed by its cgroup's OOM killer at this host-memory bound
 
-    def clock_verdict(self, reference: ChildResults, uuid: str, result: dict[str, Any], timed_sets: int) -> str | None:
-        """Why a workload the candidate reports as timed is a REWARD_HACK by the outer clock, or None."""
+    def clock_account(self, reference: ChildResults, uuid: str, result: dict[str, Any], timed_sets: int,
+                      slack_ms: float, load_avg: tuple[float, float, float] | None = None) -> ClockAccount | str | None:
+        """The outer clock's account of a workload the candidate reports as timed (`retime.account`):
+        what it is charged and the trace's figures; text where its result is forged (REWARD_HACK);
+        None where the outer clock is off."""
         if self.clock is None:
             return None
         ours = reference.clock.windows.get(uuid) if reference.clock is not None else None
-        return judge(result.get("latency", {}), self.clock.windows.get(uuid), ours, timed_sets)
-
-    def clock_figures(self, reference: ChildResults, uuid: str, timed_sets: int) -> dict[str, float]:
-        """For the trace, of a workload `clock_verdict` passed: its window and the allowance."""
-        if self.clock is None or reference.clock is None:
-            return {}
-        window, ours = self.clock.windows[uuid], reference.clock.windows[uuid]
-        return {"outer_window_ms": round(window.window_ms, 3),
-                "outer_allowed_ms": round(allowed_ms(window, ours, timed_sets), 3)}
+        if ours is None or ours.end_s is None:
+            raise RuntimeError(f"the reference's timed batch of workload {uuid} was not seen on the outer clock")
+        return account(result.get("latency", {}), self.clock.batches.get(uuid, []), ours, timed_sets, slack_ms,
+                       load_avg, self.clock.windows.get(uuid))
 
     def results(self, uuids: list[str], who: str) -> list[dict[str, Any]]:
         """One result per workload sent, matched by UUID; those the child never reached get TIMEOUT
@@ -81,11 +82,12 @@ class ChildResults:
 
 def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild], job: ReferenceJob | CandidateJob,
               hand_over: Callable[[str], dict[str, Any]] = lambda uuid: {},
-              seal: Callable[[str, int], None] | None = None) -> ChildResults:
+              seal: Callable[[str, int], None] | None = None,
+              retime: Callable[[str, Window], dict[str, Any] | None] | None = None) -> ChildResults:
     """Runs one role's job. The candidate's folders are handed over before its child starts: a
     child forked at once would otherwise enter its home while it is still the evaluator's. The
     outer clock, where on, serves its channel meanwhile (`hand_over(uuid)` at each `ready`,
-    `seal(uuid, runs)` at each `end`). A reference job with `checker` set returns once the
+    `seal(uuid, runs)` at each `end`, then `retime(uuid, window)`: `retime.Retimer`). A reference job with `checker` set returns once the
     reference said `checking`, its process left running as the attempt's checker (`checker`)."""
     result_path = home / "result.json"
     untrusted = isinstance(job, CandidateJob)
@@ -93,8 +95,8 @@ def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild],
     if untrusted:
         hand_over_folders(home, Path(job.inputs_dir), Path(job.outputs_dir))
     child = start()
-    clock = OuterClock(child.channel, [w.uuid for w in job.workloads], hand_over, seal, checker=checks) \
-        if config.outer_clock or checks else None
+    clock = OuterClock(child.channel, [w.uuid for w in job.workloads], hand_over, seal, checker=checks,
+                       retime=retime) if config.outer_clock or checks else None
     job = job.model_copy(update={"result_path": str(result_path),
                                  "clock_fd": child.channel_fd if config.outer_clock else None,
                                  "checker_fd": child.channel_fd if checks else None})
@@ -155,13 +157,15 @@ class Checker:
         self._reader = child.channel.makefile("rb")
         self._lost: str | None = None  # once a reply is missing or out of turn, no later one is trusted
 
-    def check(self, index: int, runs: int, outputs_dir: Path, shared: dict | None = None) -> Check:
+    def check(self, index: int, runs: int, outputs_dir: Path, shared: dict | None = None,
+              first: int | None = None) -> Check:
         """Workload `index`'s correctness rounds and first `runs` timed runs, as they are now: from
-        their files, or from the candidate's GPU memory for the sets in `shared` (`gpu_handover`)."""
+        their files, or from the candidate's GPU memory for the sets in `shared` (`gpu_handover`).
+        With `first` (a re-timed batch, `retime`): the `runs` sets from set `first` only."""
         if self._lost is None:
             try:
-                send(self.child.channel, {"op": "check", "index": index, "runs": runs,
-                                           "outputs_dir": str(outputs_dir), "shared": shared})
+                send(self.child.channel, {"op": "check", "index": index, "runs": runs, "first": first,
+                                          "outputs_dir": str(outputs_dir), "shared": shared})
                 line = self._reader.readline(MAX_CHECK_REPLY)
                 reply = json.loads(line) if line else None
             except (OSError, ValueError) as error:
@@ -172,6 +176,27 @@ class Checker:
         return Check(Status.RUNTIME_ERROR, f"the attempt's checker (the reference's process) stopped answering "
                                            f"before it checked these outputs ({self._lost}); not the solution's "
                                            f"verdict")
+
+    def more(self, index: int, first: int, count: int) -> dict[str, Any] | None:
+        """`count` fresh timed sets of workload `index`, numbered from `first`, made and run through
+        the reference in its process (expected outputs held there): what the candidate's `again`
+        carries (their seeds and digests; `set_seeds` None: files saved in the timed sets' folder).
+        None where the checker could not make them."""
+        if self._lost is not None:
+            return None
+        try:
+            send(self.child.channel, {"op": "more", "index": index, "first": first, "count": count})
+            line = self._reader.readline(MAX_SETS_REPLY)
+            reply = json.loads(line) if line else None
+        except (OSError, ValueError) as error:
+            reply, line = None, str(error).encode()
+        if not isinstance(reply, dict) or reply.get("index") != index:
+            self._lost = repr(line[:200])
+            return None
+        if "set_seeds" not in reply:  # it said why it could not: the batch it has is charged
+            log.info("the checker made no fresh sets for workload %s: %s", index, str(reply.get("error"))[:500])
+            return None
+        return {"set_seeds": reply["set_seeds"], "set_digests": reply.get("set_digests")}
 
     def close(self) -> None:
         try:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.evaluator.languages.nvcc import BuildCache
+from services.evaluator.outer_clock import SLACK_MS
+from services.evaluator.retime import RETIMES
 from services.evaluator.spares import Spares
 from shared.hardware import HardwareSpec
 from shared.settings import Settings
@@ -42,6 +44,12 @@ class EvalConfig:
     # On for every device: the thresholds were set on a CPU; on the H200 128 honest workloads of
     # the library's `cuda` seeds used at most 22% of their allowance (docs/results/hardening.md).
     outer_clock: bool = True
+    # A window over its allowance is timed again on fresh input sets, up to this many times; where
+    # none fits, the workload passes charged what the outer clock vouches for (`retime`), never
+    # REWARD_HACK (KERNELSWARM_OUTER_CLOCK_RETIMES).
+    outer_clock_retimes: int = RETIMES
+    # The allowance's slack per workload (`outer_clock.allowed_ms`); tests shrink it to force re-times.
+    outer_clock_slack_ms: float = SLACK_MS
     # On a GPU with the outer clock on: the candidate's output sets go to the checker in GPU memory
     # (CUDA IPC, `gpu_handover`) instead of files. Off: files, as on a CPU.
     gpu_handover: bool = True
@@ -59,4 +67,5 @@ class EvalConfig:
         return cls(device or settings.device, max(1, settings.correctness_rounds), max(1, settings.timing_sets),
                    settings.warmup_runs, max(3, settings.timing_runs), settings.timing_budget_s,
                    settings.attempt_timeout_s, settings.scratch_dir, build_cache,
-                   workload_timeout_s=settings.workload_timeout_s, fork_server=settings.fork_server)
+                   workload_timeout_s=settings.workload_timeout_s, fork_server=settings.fork_server,
+                   outer_clock_retimes=max(0, settings.outer_clock_retimes))

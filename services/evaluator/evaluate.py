@@ -33,7 +33,8 @@ from services.evaluator.config import EvalConfig
 from services.evaluator.harness.correctness import Check
 from services.evaluator.harness.inputs import NOT_REPRODUCED
 from services.evaluator.languages.nvcc import arch_for
-from services.evaluator.outer_clock import timed_hand_over
+from services.evaluator.outer_clock import move_timed_sets, timed_hand_over
+from services.evaluator.retime import Retimer
 from services.evaluator.protocol import CandidateJob, ReferenceJob
 from services.evaluator.sandbox.isolation import StartedChild, memory_limit, shared_folders, start_child
 from services.evaluator.spares import HOMES, OUTPUTS, SPARE_READY_S, Spare, discard
@@ -220,12 +221,24 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
     hand_over = timed_hand_over(dirs["timed"], dirs["inputs"], rounds, timed)
     verdicts: dict[int, Check] = {}
 
+    def make_sets(index: int, first: int, count: int) -> dict | None:
+        """A re-timed batch's fresh sets, made in the checker; files moved where the candidate reads them."""
+        payload = checker.more(index, first, count)
+        if payload is not None and payload["set_seeds"] is None:
+            move_timed_sets(dirs["timed"], dirs["inputs"], index, range(first, first + count))
+        return payload
+
+    retimer = Retimer(reference.clock.windows if reference.clock is not None else {}, timed, rounds,
+                      config.outer_clock_retimes, config.outer_clock_slack_ms, make_sets, verdicts.get)
+
     def seal(uuid: str, runs: int, shared: dict | None) -> None:
         """At the candidate's `end`: its outputs checked as they are now (`checks.check_sets`), from
-        its GPU memory for the sets it shared (`gpu_handover`)."""
+        its GPU memory for the sets it shared (`gpu_handover`); a re-timed batch's sets only."""
         index, made = timed[uuid]
+        first = retimer.first_set(uuid)
         try:
-            verdicts[index] = checker.check(index, max(0, min(runs, made["timed_sets"])), dirs["outputs"], shared)
+            verdicts[index] = checker.check(index, max(0, min(runs, made["timed_sets"])), dirs["outputs"], shared,
+                                            first=first if first != rounds else None)
         except Exception as error:  # the evaluator's own failure: never a pass, never the solution's hack
             log.exception("checking workload %s failed", uuid)
             verdicts[index] = Check(Status.RUNTIME_ERROR, f"checking these outputs failed in the evaluator: {error}")
@@ -243,7 +256,7 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
         # workload's sets are files in `inputs_dir`.
         set_seeds=[_given(ref_results[i].get("set_seeds"), rounds, clock) for i in runnable],
         set_digests=[_given(ref_results[i].get("set_digests"), rounds, clock) for i in runnable]),
-        hand_over, seal if clock else None)
+        hand_over, seal if clock else None, retimer if clock else None)
     sent = [workloads[i].uuid for i in runnable]
     children.phases["candidate"] = candidate.phases
     known_compile = {**(config.compile_baselines or {}), **compiled}
@@ -252,26 +265,37 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
         if result["status"] != "OK":
             outcomes[index] = _Outcome(_candidate_status(result["status"]), result["message"])
             continue
-        forged = candidate.clock_verdict(reference, workloads[index].uuid, result, ref_results[index]["timed_sets"])
-        if forged:
-            outcomes[index] = _Outcome(Status.REWARD_HACK, forged)
+        uuid, timed_sets = workloads[index].uuid, ref_results[index]["timed_sets"]
+        clock_account = candidate.clock_account(reference, uuid, result, timed_sets, config.outer_clock_slack_ms,
+                                                retimer.load.get(uuid))
+        if isinstance(clock_account, str):  # a forged result
+            outcomes[index] = _Outcome(Status.REWARD_HACK, clock_account)
             continue
-        check = _verdict(index, timed_runs(result, ref_results[index]["timed_sets"]), verdicts, checker,
-                         dirs["outputs"], clock)
-        latency, eager = result["latency"]["median_ms"], ref_results[index]["latency"]["median_ms"]
-        frozen = below_the_host_clock(config.device, latency) \
+        check = _verdict(index, timed_runs(result, timed_sets), verdicts, checker, dirs["outputs"], clock)
+        reported, eager = result["latency"]["median_ms"], ref_results[index]["latency"]["median_ms"]
+        # Impossible reports are judged as reported; the score takes what the outer clock charged.
+        latency = clock_account.latency_ms if clock_account is not None else reported
+        frozen = below_the_host_clock(config.device, reported) \
             if config.host_clock_floor and check.status is Status.PASSED else None
         if frozen:
             outcomes[index] = _Outcome(Status.REWARD_HACK, frozen, check)
             continue
-        verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, latency, eager,
-                                 known_compile.get(workloads[index].uuid)) if check.status is Status.PASSED else None
+        compile_ms = known_compile.get(uuid)
+        verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, reported, eager,
+                                 compile_ms) if check.status is Status.PASSED else None
         if verdict is not None and verdict.hack:
             outcomes[index] = _Outcome(Status.REWARD_HACK, verdict.hack, check)
             continue
-        timing = Timing(**result["latency"], **candidate.clock_figures(reference, workloads[index].uuid,
-                                                                        ref_results[index]["timed_sets"]))
-        outcomes[index] = _Outcome(check.status, check.message, check, latency, eager, timing,
+        if verdict is not None and latency != reported:
+            verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, latency, eager,
+                                     compile_ms)
+        timing = Timing(**result["latency"], **(clock_account.timing() if clock_account is not None else {}))
+        message = check.message
+        if clock_account is not None and clock_account.charged and check.status is Status.PASSED:
+            message = (f"charged {latency:.4g} ms per run, the outer clock's figure (its own median "
+                       f"{reported:.4g} ms): no timed batch fitted its allowance in {clock_account.retimes + 1} "
+                       f"tries, the last {clock_account.window_ms:.1f} ms against {clock_account.allowed_ms:.1f} ms")
+        outcomes[index] = _Outcome(check.status, message, check, latency, eager, timing,
                                    verdict.sol if verdict else None)
     return outcomes
 

@@ -16,21 +16,24 @@ window closed, not what the solution wrote after it; the next `go` waits for tha
 no checking competes with a timed batch. The reference's process, once its workloads are done,
 says `checking` on its channel and becomes the attempt's checker (`checker.Checker`).
 
-The verdict (`judge`, in the evaluator): a candidate whose window exceeds what it reports plus the
-reference's overhead per timed set, times `K_OVERHEAD`, plus `SLACK_MS`, spent time it did not
-report (a timer rewritten in its process, results forged around a slow computation): REWARD_HACK.
-A candidate that reports a timed result for a workload without the handshake for it, or breaks the
-protocol, forged the result channel: REWARD_HACK. What it reports is held at the median: the sum of
-its samples counts only up to `SPREAD` times runs x median (a liar could otherwise put its hidden
-time into a few made-up slow samples and keep a made-up median).
+What the evaluator makes of a window (`retime`): a window longer than what the candidate reports
+plus the reference's overhead per timed set, times `K_OVERHEAD`, plus `SLACK_MS` (`allowed_ms`), is
+not a verdict: every `end` is answered, `sealed` (the batch stands) or `again` (the workload is timed
+again, on fresh input sets the checker makes then, its outputs checked like the first batch's), up
+to `EvalConfig.outer_clock_retimes` times; where no batch fits, the workload is charged what the
+outer clock vouches for (`retime.charged_ms`). A candidate that reports a timed result for a
+workload without the handshake for it, or unlike its last window, or breaks the protocol, forged
+the result channel: REWARD_HACK (`forged`). What it reports is held at the median: the sum of its
+samples counts only up to `SPREAD` times runs x median (a liar could otherwise put its hidden time
+into a few made-up slow samples and keep a made-up median).
 
 Thresholds (2026-12-03, the 2-core CPU VM of docs/results/hardening.md, shared with other sessions):
 over 210 honest workloads of tests/evaluator and tests/hacks, the window exceeded what was reported
 by at most 3.8 times the reference's overhead per set (2 to 6 sets of a few KiB to tens of MiB;
 3.0 times beyond the first 5 ms), and by at most 15 ms on the affine problem's tiny sets. Hence
-`K_OVERHEAD` 6 and `SLACK_MS` 100: about twice the worst seen. The check is tight for batches whose
-runs take long against that slack and loose for kernels of a few microseconds, whose whole batch
-fits in it (tests/hacks: `halves_the_clock_for_a_short_kernel` still passes; a frozen clock's
+`K_OVERHEAD` 6 and `SLACK_MS` 100: about twice the worst seen. The allowance is tight for batches
+whose runs take long against that slack and loose for kernels of a few microseconds, whose whole
+batch fits in it (tests/hacks: `halves_the_clock_for_a_short_kernel` still passes; a frozen clock's
 near-zero times are caught by the host clock's floor instead, `score.below_the_host_clock`).
 """
 
@@ -78,14 +81,19 @@ class Window:
 class OuterClock:
     """Serves one child's channel in a thread while the evaluator waits for the child. `hand_over(uuid)`
     runs at `ready` (before `begin` is stamped) and returns what `go` carries; `seal(uuid, runs)` at
-    `end`. Where `checker` (the reference's channel), a `checking` message ends the serving and
-    sets `checking`: the channel is then the checker's (`checker.Checker`)."""
+    `end`, then `retime(uuid, window)`: None closes the workload's batch (`sealed`), a payload opens
+    a new window on it (`again`, `retime.Retimer`). Where `checker` (the reference's channel), a
+    `checking` message ends the serving and sets `checking`: the channel is then the checker's
+    (`checker.Checker`)."""
 
     def __init__(self, channel: socket.socket, uuids: list[str],
                  hand_over: Callable[[str], dict[str, Any]],
-                 seal: Callable[[str, int, dict | None], None] | None = None, checker: bool = False) -> None:
+                 seal: Callable[[str, int, dict | None], None] | None = None, checker: bool = False,
+                 retime: Callable[[str, Window], dict[str, Any] | None] | None = None) -> None:
         self.channel, self.uuids, self.hand_over, self.seal = channel, uuids, hand_over, seal
-        self.windows: dict[str, Window] = {}
+        self.retime = retime
+        self.windows: dict[str, Window] = {}  # the last window per workload
+        self.batches: dict[str, list[Window]] = {}  # every closed window per workload, in order
         self.violation: str | None = None
         self.accepts_checking = checker
         self.checking = threading.Event()
@@ -157,15 +165,20 @@ class OuterClock:
                 runs, total, median = int(message["runs"]), float(message["total_ms"]), float(message["median_ms"])
             except (KeyError, TypeError, ValueError):
                 return f"an `end` the evaluator cannot read: {line[:200]!r}"
-            self.windows[uuid] = Window(uuid, self.windows[uuid].begin_s, now, runs, total, median)
+            window = self.windows[uuid] = Window(uuid, self.windows[uuid].begin_s, now, runs, total, median)
+            self.batches.setdefault(uuid, []).append(window)
             self._open = None
             shared = message.get("shared")
             if shared is not None and not isinstance(shared, dict):
                 return f"an `end` whose shared output sets the evaluator cannot read: {line[:200]!r}"
             if self.seal is not None:  # its outputs checked as they are now, before any later `go`
                 self.seal(uuid, runs, shared)
-            if shared is not None:  # the checker has its copies: the candidate may let them go
+            again = self.retime(uuid, window) if self.retime is not None else None
+            if again is None:  # the checker has its copies: the candidate may let them go
                 send(self.channel, {"op": "sealed"})
+                return None
+            self.windows[uuid], self._open = Window(uuid, time.monotonic()), uuid
+            send(self.channel, {"op": "again", **again})
             return None
         return f"an unknown message on the evaluator's channel: {line[:200]!r}"
 
@@ -182,15 +195,17 @@ def accounted_ms(window: Window) -> float:
     return min(window.total_ms or 0.0, SPREAD * (window.runs or 0) * (window.median_ms or 0.0))
 
 
-def allowed_ms(window: Window, reference: Window, timed_sets: int) -> float:
+def allowed_ms(window: Window, reference: Window, timed_sets: int, slack_ms: float = SLACK_MS) -> float:
     """The longest window that the report explains: what it accounts for, plus the reference's
-    overhead per set for every set handed over, times `K_OVERHEAD`, plus `SLACK_MS`."""
-    return accounted_ms(window) + K_OVERHEAD * timed_sets * overhead_per_set_ms(reference) + SLACK_MS
+    overhead per set for every set handed over, times `K_OVERHEAD`, plus `slack_ms`. A longer one
+    is timed again, and charged where it stays longer (`retime`); it is never a verdict."""
+    return accounted_ms(window) + K_OVERHEAD * timed_sets * overhead_per_set_ms(reference) + slack_ms
 
 
-def judge(latency: dict[str, Any], window: Window | None, reference: Window | None, timed_sets: int) -> str | None:
-    """The outer clock's verdict on one workload the candidate reports as timed: None, or why it
-    is a REWARD_HACK. `latency` is its result's, `timed_sets` the sets handed over at `go`."""
+def forged(latency: dict[str, Any], window: Window | None) -> str | None:
+    """Why a workload the candidate reports as timed is a forged result (REWARD_HACK), or None:
+    no window opened and closed for it on the private channel, or a report unlike that window's.
+    `latency` is its result's; `window` the last one the evaluator saw for the workload."""
     if window is None or window.end_s is None:
         return ("the solution's process reported timed results for a workload whose timed batch the evaluator "
                 "never saw begin and end on its private channel (a forged result)")
@@ -198,15 +213,16 @@ def judge(latency: dict[str, Any], window: Window | None, reference: Window | No
         return (f"the timed results differ between the evaluator's channel ({window.runs} runs, median "
                 f"{window.median_ms} ms) and the result file ({latency.get('runs')} runs, median "
                 f"{latency.get('median_ms')} ms): a forged result")
-    if reference is None or reference.end_s is None:
-        raise RuntimeError(f"the reference's timed batch of workload {window.uuid} was not seen on the outer clock")
-    allowed = allowed_ms(window, reference, timed_sets)
-    if window.window_ms <= allowed:
-        return None
-    return (f"the evaluator's own clock measured {window.window_ms:.1f} ms for the timed batch of {window.runs} "
-            f"runs, whose reported times (median {window.median_ms:.4g} ms) and the reference's overhead explain "
-            f"at most {allowed:.1f} ms: time spent that the solution's timer did not report (a tampered timer or "
-            f"forged results)")
+    return None
+
+
+def move_timed_sets(timed_dir: Path, inputs_dir: Path, index: int, sets: range) -> None:
+    """Timed set files of workload `index` moved from `timed_dir`, which the candidate cannot read,
+    into its inputs folder."""
+    for s in sets:
+        name = f"w{index}_s{s}.st"
+        (timed_dir / name).chmod(0o644)  # readable where the candidate runs as `nobody`
+        (timed_dir / name).rename(inputs_dir / name)
 
 
 def timed_hand_over(timed_dir: Path, inputs_dir: Path, rounds: int,
@@ -219,10 +235,7 @@ def timed_hand_over(timed_dir: Path, inputs_dir: Path, rounds: int,
         index, made = workloads[uuid]
         if made.get("set_seeds") is not None:
             return {"set_seeds": made["set_seeds"][rounds:], "set_digests": made["set_digests"][rounds:]}
-        for s in range(rounds, rounds + made["timed_sets"]):
-            name = f"w{index}_s{s}.st"
-            (timed_dir / name).chmod(0o644)  # readable where the candidate runs as `nobody`
-            (timed_dir / name).rename(inputs_dir / name)
+        move_timed_sets(timed_dir, inputs_dir, index, range(rounds, rounds + made["timed_sets"]))
         return {"set_seeds": None}
 
     return hand_over

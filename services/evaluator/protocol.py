@@ -5,8 +5,8 @@ between the evaluator and each child (its message size limits and one `send`), a
 a spare child leaves in its home.
 
 Messages on the private channel are JSON objects, one per line. The outer clock's (`ready`, `go`,
-`end`, `sealed`, `outer_clock.py`) and the checker's (`checking`, `check`, `quit` and the `Check`
-replies, `harness/checker.py`) share it: the reference's channel becomes the checker's at its
+`end`, `sealed` or `again`, `outer_clock.py`, `retime.py`) and the checker's (`checking`, `check`,
+`more`, `quit` and their replies, `harness/checker.py`) share it: the reference's channel becomes the checker's at its
 `checking` line. Imported by the host side and the harness alike: nothing here imports either.
 """
 
@@ -28,6 +28,7 @@ MAX_CHILD_LINE = 1 << 22  # the evaluator reads no longer line from a child (an 
 MAX_GO_LINE = 1 << 24  # the harness reads the evaluator's `go`: seeds and digests of every timed set
 MAX_CHECK_REPLY = 1 << 16  # the evaluator reads the checker's verdict on one workload
 MAX_CHECK_REQUEST = 1 << 22  # the checker reads a `check`: it carries the shared sets' handles
+MAX_SETS_REPLY = 1 << 24  # the evaluator reads the checker's answer to `more`: every fresh set's seed and digest
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:

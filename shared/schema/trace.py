@@ -78,10 +78,15 @@ class Timing(Frozen):
     # On a GPU: whether persisting L2 lines were reset before every run's flush (False: cuda-python
     # was missing, so lines a solution marked persisting could have outlived the flush).
     l2_persisting_reset: bool | None = None
-    # Where the outer clock was on: the timed batch's window on the evaluator's own clock, and the
-    # longest window the solution's report explains (a longer one is REWARD_HACK).
+    # Where the outer clock was on: the last timed batch's window on the evaluator's own clock, and
+    # its allowance (a longer window is timed again: `outer_retimes` batches after the first).
     outer_window_ms: float | None = None
     outer_allowed_ms: float | None = None
+    outer_retimes: int | None = None
+    # Set where no batch fitted its allowance: the latency charged (the performance's `latency_ms`),
+    # the outer clock's figure per run, never below `median_ms` (the solution's own timer's).
+    outer_charged_ms: float | None = None
+    load_avg: list[float] | None = None  # os.getloadavg() (1, 5, 15 min) at the last batch's end
 
 
 class Evaluation(Frozen):

@@ -31,9 +31,9 @@ def test_verdicts_come_from_the_checker_with_the_clock_on_or_off(affine, clock, 
     asked: list[tuple[int, int]] = []
     check = children_module.Checker.check
 
-    def counted(self, index, runs, outputs_dir, shared=None):
+    def counted(self, index, runs, outputs_dir, shared=None, first=None):
         asked.append((index, runs))
-        return check(self, index, runs, outputs_dir, shared)
+        return check(self, index, runs, outputs_dir, shared, first)
 
     monkeypatch.setattr(children_module.Checker, "check", counted)
     config = dataclasses.replace(FAST, outer_clock=clock)
@@ -67,7 +67,7 @@ def test_a_checker_that_died_passes_nothing(affine, monkeypatch):
         deadline = time.monotonic() + 10
         while self.child.alive() and time.monotonic() < deadline:
             time.sleep(0.01)
-        return check(self, index, runs, outputs_dir, shared)
+        return check(self, index, runs, outputs_dir, shared, first)
 
     monkeypatch.setattr(children_module.Checker, "check", killed_first)
     result = evaluate(affine, make_solution(AFFINE), FAST)

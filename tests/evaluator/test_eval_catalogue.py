@@ -431,7 +431,7 @@ def test_passed_has_performance_and_correctness(attempts: Attempts, case: Case) 
     for trace in result.traces:
         evaluation = trace.evaluation
         assert trace.definition == case.problem
-        assert evaluation.log == ""
+        assert evaluation.log == "" or evaluation.log.startswith("charged")
         assert evaluation.environment.hardware.startswith("CPU")
         assert evaluation.environment.libs["torch"] == torch.__version__
         tolerance = trace.workload.tolerance
@@ -441,7 +441,11 @@ def test_passed_has_performance_and_correctness(attempts: Attempts, case: Case) 
         assert performance.latency_ms > 0 and performance.reference_latency_ms > 0
         assert performance.speedup_factor == pytest.approx(performance.reference_latency_ms / performance.latency_ms)
         timing = evaluation.timing  # the outer clock (on for CPU devices) leaves its figures on the trace
-        assert timing.outer_allowed_ms is not None and 0 < timing.outer_window_ms <= timing.outer_allowed_ms
+        assert timing.outer_allowed_ms is not None and timing.outer_window_ms > 0 and len(timing.load_avg) == 3
+        # Its last window within its allowance, or (a loaded machine) charged the outer clock's figure.
+        charged = timing.outer_charged_ms is not None
+        assert (timing.outer_window_ms <= timing.outer_allowed_ms) is not charged
+        assert performance.latency_ms == (timing.outer_charged_ms if charged else timing.median_ms)
 
 
 @cases("wrong_values")

@@ -1,5 +1,6 @@
-"""The outer clock without children: its verdict's arithmetic, and its protocol over a real socket
-pair (the evaluator's side served in its thread, the harness's side in the test)."""
+"""The outer clock without children: its allowance's arithmetic, what a window over it is charged
+(`retime`), and its protocol over a real socket pair (the evaluator's side served in its thread,
+the harness's side in the test), re-times included."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from services.evaluator.harness.clock import ClockLost, HarnessClock
+from services.evaluator.harness.correctness import Check
 from services.evaluator.outer_clock import (
-    K_OVERHEAD, SLACK_MS, SPREAD, OuterClock, Window, accounted_ms, allowed_ms, judge, overhead_per_set_ms,
+    K_OVERHEAD, SLACK_MS, SPREAD, OuterClock, Window, accounted_ms, allowed_ms, forged, overhead_per_set_ms,
     timed_hand_over,
 )
+from services.evaluator.retime import Retimer, account, charged_ms
+from shared.schema import Status
 
 # The reference: a window of 10 ms over 5 timed sets, 5 ms of it its own calls: 1 ms per set.
 REFERENCE = Window("w", 0.0, 0.010, runs=5, total_ms=5.0, median_ms=0.5)
@@ -40,25 +44,52 @@ def test_what_the_report_accounts_for_is_held_at_spread_times_the_median() -> No
     assert accounted_ms(clamped) == pytest.approx(SPREAD * 3 * 1.0)
 
 
-def test_a_window_up_to_the_allowance_passes_and_beyond_it_is_a_hack() -> None:
+def test_a_window_up_to_the_allowance_stands_and_beyond_it_is_charged_never_accused() -> None:
     sets = 5
     allowance = 7.0 + K_OVERHEAD * sets * 1.0 + SLACK_MS
     assert allowed_ms(_candidate(0.0), REFERENCE, sets) == pytest.approx(allowance)
     inside = _candidate(allowance - 0.5)
-    assert judge(_latency(inside), inside, REFERENCE, sets) is None
+    stands = account(_latency(inside), [inside], REFERENCE, sets)
+    assert not stands.charged and stands.latency_ms == inside.median_ms and stands.retimes == 0
     beyond = _candidate(allowance + 0.5)
-    verdict = judge(_latency(beyond), beyond, REFERENCE, sets)
-    assert verdict is not None
-    assert f"{allowance + 0.5:.1f} ms" in verdict and f"at most {allowance:.1f} ms" in verdict
+    charged = account(_latency(beyond), [beyond], REFERENCE, sets)
+    assert not isinstance(charged, str) and charged.charged
+    # The window less the reference's overhead for the 5 sets (1 ms each), per run (3 runs).
+    assert charged.latency_ms == pytest.approx((allowance + 0.5 - 5.0) / 3)
+    assert charged.timing()["outer_charged_ms"] == pytest.approx(charged.latency_ms, abs=1e-6)
+    assert stands.timing()["outer_charged_ms"] is None
+
+
+def test_the_charge_is_never_below_the_reported_median_and_takes_the_best_batch() -> None:
+    tight = _candidate(1.0, median_ms=2.0)  # a window shorter than what it reports: its own median stands
+    assert charged_ms(tight, REFERENCE, 5) == 2.0
+    first, again = _candidate(900.0), _candidate(600.0)
+    charged = account(_latency(again), [first, again], REFERENCE, 5, slack_ms=-1000.0)
+    assert charged.charged and charged.retimes == 1
+    assert charged.latency_ms == pytest.approx((600.0 - 5.0) / 3)
+    # A smaller slack is a smaller allowance: what fits with the default is over with -50 ms.
+    inside = _candidate(allowed_ms(_candidate(0.0), REFERENCE, 5) - 10.0)
+    assert not account(_latency(inside), [inside], REFERENCE, 5).charged
+    assert account(_latency(inside), [inside], REFERENCE, 5, slack_ms=SLACK_MS - 50.0).charged
+
+
+def test_a_charge_holds_the_time_hidden_from_the_timer() -> None:
+    """A batch that reports 0.01 ms a run and spent 300 ms per run out of its timer's sight is
+    charged at least the hidden time."""
+    hidden = Window("w", 0.0, 0.9 + 0.005, runs=3, total_ms=0.03, median_ms=0.01)
+    assert account({"runs": 3, "median_ms": 0.01}, [hidden], REFERENCE, 5).latency_ms >= 300.0 - 5.0 / 3
 
 
 def test_a_report_without_its_window_or_unlike_it_is_forged() -> None:
     window = _candidate(20.0)
-    assert "never saw begin and end" in judge(_latency(window), None, REFERENCE, 5)
+    assert "never saw begin and end" in forged(_latency(window), None)
     unended = Window("w", 100.0)
-    assert "never saw begin and end" in judge(_latency(window), unended, REFERENCE, 5)
-    assert "differ" in judge({"runs": 3, "median_ms": 1.0}, window, REFERENCE, 5)
-    assert "differ" in judge({"runs": 2, "median_ms": 2.0}, window, REFERENCE, 5)
+    assert "never saw begin and end" in forged(_latency(window), unended)
+    assert "differ" in forged({"runs": 3, "median_ms": 1.0}, window)
+    assert "differ" in forged({"runs": 2, "median_ms": 2.0}, window)
+    assert "never saw begin and end" in account(_latency(window), [], REFERENCE, 5)
+    # A re-time opened (`again`) and never ended: the result of the batch before it is forged.
+    assert "never saw begin and end" in account(_latency(window), [window], REFERENCE, 5, last=Window("w", 200.0))
 
 
 class _Served:
@@ -286,3 +317,62 @@ def test_an_end_that_gets_no_sealed_loses_the_clock() -> None:
     with pytest.raises(ClockLost):
         served.harness.end("a", 1, 1.0, 1.0, {2: {}})
     served.stop()
+
+
+def test_an_end_over_its_allowance_is_answered_again_and_opens_a_new_window() -> None:
+    """`again` carries the fresh sets; the batch re-timed has its own window; a later `end`
+    answered `sealed` closes the workload. Every closed window is kept, in order."""
+    answers = iter([{"first": 5, "set_seeds": [9, 10, 11], "set_digests": ["a", "b", "c"]}, None])
+    sealed = []
+    ours, theirs = socket.socketpair()
+    clock = OuterClock(ours, ["a"], lambda uuid: {"set_seeds": [7, 8, 9]},
+                       seal=lambda uuid, runs, shared: sealed.append(runs), retime=lambda uuid, window: next(answers))
+    harness = HarnessClock(os.dup(theirs.fileno()))
+    theirs.close()
+    clock.start()
+    harness.ready("a")
+    again = harness.end("a", 3, 3.0, 1.0)
+    assert again == {"op": "again", "first": 5, "set_seeds": [9, 10, 11], "set_digests": ["a", "b", "c"]}
+    assert clock.windows["a"].end_s is None  # open again
+    assert harness.end("a", 2, 2.0, 0.9) is None
+    harness._socket.close()
+    clock.stop()
+    assert clock.violation is None and sealed == [3, 2]
+    first, second = clock.batches["a"]
+    assert (first.runs, second.runs) == (3, 2) and second.begin_s >= first.end_s
+    assert clock.windows["a"] is second
+
+
+class _Fresh:
+    """The checker's `more`, recorded."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[int, int, int]] = []
+
+    def __call__(self, index: int, first: int, count: int) -> dict:
+        self.asked.append((index, first, count))
+        return {"set_seeds": list(range(first, first + count)), "set_digests": ["d"] * count}
+
+
+def test_the_retimer_asks_fresh_sets_after_every_earlier_batch_up_to_its_limit() -> None:
+    fresh, verdicts = _Fresh(), {0: Check(Status.PASSED)}
+    retimer = Retimer({"w": REFERENCE}, {"w": (0, {"timed_sets": 3})}, 2, 2, SLACK_MS, fresh, verdicts.get)
+    over, inside = _candidate(10_000.0), _candidate(1.0)
+    assert retimer.first_set("w") == 2
+    assert retimer("w", over) == {"first": 5, "set_seeds": [5, 6, 7], "set_digests": ["d"] * 3}
+    assert retimer.first_set("w") == 5
+    assert retimer("w", over)["first"] == 8
+    assert retimer("w", over) is None  # its limit: charged
+    assert fresh.asked == [(0, 5, 3), (0, 8, 3)] and retimer.count["w"] == 2
+    assert retimer("w", inside) is None and len(retimer.load["w"]) == 3
+
+
+def test_the_retimer_leaves_failed_outputs_and_fitting_windows_alone() -> None:
+    fresh = _Fresh()
+    wrong = Retimer({"w": REFERENCE}, {"w": (0, {"timed_sets": 3})}, 2, 3, SLACK_MS, fresh,
+                    {0: Check(Status.INCORRECT_NUMERICAL)}.get)
+    assert wrong("w", _candidate(10_000.0)) is None
+    fits = Retimer({"w": REFERENCE}, {"w": (0, {"timed_sets": 3})}, 2, 3, SLACK_MS, fresh,
+                   {0: Check(Status.PASSED)}.get)
+    assert fits("w", _candidate(1.0)) is None
+    assert fresh.asked == []

@@ -19,13 +19,15 @@ Not covered here (GPU only, or not yet caught anywhere):
 - CUDA graphs replayed across timed iterations, launches left in flight after the call returns
   (no synchronize), lines left persisting in L2 across the flush, a time below the SOL bound:
   tests/gpu/test_gpu_hacks.py (all four passed on the H200, 2026-12-03);
-- results forged at import, and a native timer hijack through ctypes (the C function behind
-  time.perf_counter rewritten), are caught by the evaluator's outer clock (OUTER_CLOCK below, and
-  REOPENED: they pass with it off) only where the time they hide exceeds its slack; for a kernel of
-  microseconds, by the host clock's floor where the time they report is below what that clock can
-  time at all (HOST_CLOCK), and not where it is plausible (xfail below; on a GPU the same hole
+- results forged at import are caught by the evaluator's outer clock (OUTER_CLOCK below, and
+  REOPENED: they pass with it off); time hidden from the solution's own timer (a native timer
+  hijack through ctypes: the C function behind time.perf_counter rewritten) is no verdict of the
+  outer clock since 2026-12-05: where it exceeds the allowance it is timed again and charged
+  (CHARGED: it gains nothing); it is caught where the time reported is below what the host's clock
+  can time at all (HOST_CLOCK), and not where it is plausible (xfail below; on a GPU the same hole
   holds a short kernel's whole timed batch: tests/gpu/test_gpu_hacks.py, a strict xfail too,
-  hole 7 of hardening.md);
+  hole 7 of hardening.md). Work left to a signal handler after the timer's end reading (SIGNALS)
+  is caught by the signal guard (services/evaluator/harness/signal_guard.py);
 - the candidate's process reading the evaluator's memory (/proc/<ppid>/mem) or environment where
   it runs as the evaluator's user: the environment case below; memory is the same hole.
 """
@@ -78,8 +80,9 @@ def _answer(found, x, w, b, y):
 # input sets are made again from the seeds in it, as the harness makes them). Where the evaluator's
 # outer clock is on, the job holds only the correctness rounds' seeds: a timed set whose seed it
 # does not have gets zeros. `handshake`: it also plays the harness's part on the evaluator's
-# private channel (`ready`, `go`, `end`), taking the timed sets' seeds from `go` if `use_go`,
-# each timed set's outputs then costing `slow_s` more (a long kernel).
+# private channel (`ready`, `go`, `end` and its answer), taking the timed sets' seeds from `go` if `use_go`,
+# each timed set's outputs then costing `slow_s` more (a long kernel); with `replay` it also plays
+# every re-time it is answered (`again`: the fresh sets' outputs, then `end` again).
 FORGE = """
 import json
 import socket
@@ -110,7 +113,7 @@ def _send(channel, **message):
     channel.sendall(json.dumps(message).encode() + b"\\n")
 
 
-def _forge(handshake=False, use_go=False, slow_s=0.0, late=False, median_ms=1e-6):
+def _forge(handshake=False, use_go=False, slow_s=0.0, late=False, median_ms=1e-6, replay=False):
     rounds, results = JOB["correctness_rounds"], []
     channel = socket.socket(fileno=JOB["clock_fd"]) if handshake else None
     for index, workload, timed_sets, seeds in zip(JOB["indices"], JOB["workloads"], JOB["timed_sets"],
@@ -124,10 +127,18 @@ def _forge(handshake=False, use_go=False, slow_s=0.0, late=False, median_ms=1e-6
         end = dict(op="end", uuid=workload["uuid"], runs=timed_sets, total_ms=timed_sets * median_ms, median_ms=median_ms)
         if handshake and late:  # the window closed first, the outputs made after it
             _send(channel, **end)
+            channel.makefile("rb").readline()  # the evaluator's answer
         for s in range(rounds, rounds + timed_sets):
             _save(index, workload, seeds, s, slow_s)
         if handshake and not late:
             _send(channel, **end)
+            answer = json.loads(channel.makefile("rb").readline())  # `sealed`, or `again`
+            while replay and answer["op"] == "again":  # played through: the fresh sets' outputs too
+                seeds = [*seeds, *answer["set_seeds"]]
+                for s in range(answer["first"], answer["first"] + timed_sets):
+                    _save(index, workload, seeds, s, slow_s)
+                _send(channel, **end)
+                answer = json.loads(channel.makefile("rb").readline())
         results.append({"uuid": workload["uuid"], "status": "OK",
                         "latency": {**FAKE, "median_ms": median_ms, "min_ms": median_ms, "max_ms": median_ms,
                                     "runs": timed_sets}})
@@ -882,8 +893,183 @@ CASES = [
         """, caught="correctness round 0"),
 ]
 
-# Cases on the timer that only the evaluator's outer clock catches (services/evaluator/outer_clock.py):
-# the time they hide is real time spent in the window that the evaluator measures on its own clock.
+# Work done in a signal handler that fires after the timer's end reading: the call returns at once,
+# a timer (or a signal left pending) runs the work out of the timer's sight, yet before the outputs
+# are saved. Each computes in full from the first timed call on (calls 1-2: correctness rounds, 3:
+# warm-up), so that the guard inside the timed call sees it (`signal_guard`). Each must end as
+# REWARD_HACK. With the signal guard disabled (tried 2026-12-05 on the CPU VM), the setitimer,
+# native setitimer and POSIX timer cases (a timer of 100 us) PASSED, their work done out of the
+# timer's sight; `alarm`'s one-second resolution, a handler fired by the next call and a signal
+# left pending leave the last timed run's outputs unwritten (INCORRECT_NUMERICAL) there.
+DEFERRED = """
+import torch
+
+CALLS = [0]
+PENDING = []
+
+def _work(*unused):
+    while PENDING:
+        x, w, b, y = PENDING.pop()
+        torch.addcmul(b, x, w, out=y)
+
+def _later(x, w, b, y):
+    CALLS[0] += 1
+    PENDING.append((x, w, b, y))
+    if CALLS[0] < 4:
+        _work()
+        return False
+    return True
+"""
+# The native side, through ctypes: libc's `sigaction` (glibc's struct sigaction on x86_64 and
+# aarch64: the handler first, then the mask, the flags and the restorer).
+LIBC = """
+import ctypes
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int)
+
+def _native_sigaction(number, handler):
+    action = ctypes.create_string_buffer(256)
+    ctypes.memmove(action, ctypes.byref(ctypes.c_void_p(ctypes.cast(handler, ctypes.c_void_p).value)),
+                   ctypes.sizeof(ctypes.c_void_p))
+    assert LIBC.sigaction(number, action, None) == 0
+
+class _Timeval(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_usec", ctypes.c_long)]
+
+class _Itimerval(ctypes.Structure):
+    _fields_ = [("it_interval", _Timeval), ("it_value", _Timeval)]
+"""
+DEFERRED, LIBC = (textwrap.indent(part, " " * 8) for part in (DEFERRED, LIBC))
+SIGNALS = [
+    # Python's handler installed at import (allowed by itself), the timer armed in the call.
+    Case("works_in_a_setitimer_handler_after_the_timer", HACK, DEFERRED + """
+        import signal
+
+        signal.signal(signal.SIGALRM, _work)
+
+        def run(x, w, b, y):
+            if _later(x, w, b, y):
+                signal.setitimer(signal.ITIMER_REAL, 0.0001)
+        """, caught="interval timer ITIMER_REAL"),
+    # `alarm`, its handler installed in the call.
+    Case("works_in_an_alarm_handler_after_the_timer", HACK, DEFERRED + """
+        import signal
+
+        def run(x, w, b, y):
+            if _later(x, w, b, y):
+                signal.signal(signal.SIGALRM, _work)
+                signal.alarm(1)
+        """, caught="interval timer ITIMER_REAL"),
+    # A handler installed in the call for a signal nothing caught before, which the next call
+    # raises first thing: nothing armed or pending when this call returns, only the handler.
+    Case("installs_a_handler_during_a_call", HACK, DEFERRED + """
+        import signal
+
+        def run(x, w, b, y):
+            if _later(x, w, b, y):
+                signal.signal(signal.SIGUSR2, _work)
+        """, caught="SIGUSR2"),
+    # A signal raised while blocked: pending until a later call unblocks it.
+    Case("leaves_a_signal_pending", HACK, DEFERRED + """
+        import signal
+        import threading
+
+        signal.signal(signal.SIGUSR1, _work)
+
+        def run(x, w, b, y):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1})  # the last call's work, now
+            if _later(x, w, b, y):
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        """, caught="signals pending"),
+    # libc's `sigaction` and `setitimer` through ctypes: nothing of Python's signal module.
+    Case("works_in_a_native_sigaction_handler_after_setitimer", HACK, DEFERRED + LIBC + """
+        import signal
+
+        @_HANDLER
+        def _native(number):
+            _work()
+
+        _native_sigaction(signal.SIGALRM, _native)
+
+        def run(x, w, b, y):
+            if _later(x, w, b, y):
+                LIBC.setitimer(0, ctypes.byref(_Itimerval(_Timeval(0, 0), _Timeval(0, 100))), None)
+        """, caught="interval timer ITIMER_REAL"),
+    # libc's `sigaction` installed in the call, and libc's `alarm`.
+    Case("works_in_a_native_sigaction_handler_after_alarm", HACK, DEFERRED + LIBC + """
+        import signal
+
+        @_HANDLER
+        def _native(number):
+            _work()
+
+        def run(x, w, b, y):
+            if _later(x, w, b, y):
+                _native_sigaction(signal.SIGALRM, _native)
+                LIBC.alarm(1)
+        """, caught="interval timer ITIMER_REAL"),
+    # A POSIX timer (`timer_create` at import, armed with `timer_settime` in the call) whose signal
+    # runs the work: invisible to `signal.getitimer`.
+    Case("works_in_a_posix_timer_handler_after_the_timer", HACK, DEFERRED + LIBC + """
+        import signal
+
+        class _Sigevent(ctypes.Structure):
+            _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                        ("pad", ctypes.c_byte * 48)]
+
+        class _Timespec(ctypes.Structure):
+            _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+        class _Itimerspec(ctypes.Structure):
+            _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+        signal.signal(signal.SIGALRM, _work)
+        TIMER = ctypes.c_void_p()
+        assert LIBC.timer_create(1, ctypes.byref(_Sigevent(None, signal.SIGALRM, 0)), ctypes.byref(TIMER)) == 0
+
+        def run(x, w, b, y):
+            if _later(x, w, b, y):
+                spec = _Itimerspec(_Timespec(0, 0), _Timespec(0, 100_000))
+                assert LIBC.timer_settime(TIMER, 0, ctypes.byref(spec), None) == 0
+        """, caught="POSIX timers"),
+    # The same timer created and armed in the call (and deleted by its handler: nothing of it is
+    # left once it fired).
+    Case("creates_a_posix_timer_during_a_call", HACK, DEFERRED + LIBC + """
+        import signal
+
+        class _Sigevent(ctypes.Structure):
+            _fields_ = [("value", ctypes.c_void_p), ("signo", ctypes.c_int), ("notify", ctypes.c_int),
+                        ("pad", ctypes.c_byte * 48)]
+
+        class _Timespec(ctypes.Structure):
+            _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+        class _Itimerspec(ctypes.Structure):
+            _fields_ = [("it_interval", _Timespec), ("it_value", _Timespec)]
+
+        TIMERS = []
+
+        def _work_and_delete(*unused):
+            _work()
+            while TIMERS:
+                LIBC.timer_delete(TIMERS.pop())
+
+        signal.signal(signal.SIGALRM, _work_and_delete)
+
+        def run(x, w, b, y):
+            if _later(x, w, b, y):
+                timer = ctypes.c_void_p()
+                LIBC.timer_create(1, ctypes.byref(_Sigevent(None, signal.SIGALRM, 0)), ctypes.byref(timer))
+                TIMERS.append(timer)
+                LIBC.timer_settime(timer, 0, ctypes.byref(_Itimerspec(_Timespec(0, 0), _Timespec(0, 100_000))), None)
+        """, caught="created POSIX timers"),
+]
+
+# Cases on the timer that the evaluator's outer clock catches (services/evaluator/outer_clock.py):
+# no report without its window, no window that is not played through. A window over its allowance
+# is no verdict any more (it is timed again, then charged: `retime`).
 # The C function behind `time.perf_counter` (its method table's slot) rewritten through ctypes.
 CLOCK_SLOT = """
     import ctypes
@@ -922,9 +1108,10 @@ OUTER_CLOCK = [
         def run(x, w, b, y):
             y.zero_()
         """, caught="never saw begin and end"),
-    # A slow kernel (100 ms a call) whose time the frozen clock hides.
-    Case("hijacks_the_clock_through_ctypes", HACK, "    SLOW_S = 0.1\n" + HIJACK,
-         caught="the evaluator's own clock measured"),
+    # A slow kernel (100 ms a call) whose time the frozen clock hides. Its window is over the outer
+    # clock's allowance in every batch; that is no verdict now (it would be charged, CHARGED
+    # below): what it reports, 1e-9 ms, is below what the host's clock can time.
+    Case("hijacks_the_clock_through_ctypes", HACK, "    SLOW_S = 0.1\n" + HIJACK, caught="shortest call"),
     # Plays the harness's part on the private channel at import; the timed sets' seeds come only
     # with `go`, which it does not wait to use: its timed outputs are zeros.
     Case("fakes_the_clock_handshake_at_import", WRONG, FORGE + """
@@ -936,7 +1123,9 @@ OUTER_CLOCK = [
         def run(x, w, b, y):
             y.zero_()
         """, caught="timed run on input set"),
-    # The same, computing the timed outputs from the seeds of `go` with a slow kernel.
+    # The same, computing the timed outputs from the seeds of `go` with a slow kernel. Its window
+    # is over its allowance: the evaluator answers `again`, which it does not play through; a
+    # result for a workload whose last window never ended is forged.
     Case("fakes_the_clock_handshake_around_a_slow_kernel", HACK, FORGE + """
         import os
 
@@ -945,7 +1134,7 @@ OUTER_CLOCK = [
 
         def run(x, w, b, y):
             y.zero_()
-        """, caught="the evaluator's own clock measured"),
+        """, caught="never saw begin and end"),
     # The same, but it closes the window (`end`) before it makes the timed outputs, slowly.
     Case("makes_its_timed_outputs_after_the_window", HACK, FORGE + """
         import os
@@ -961,6 +1150,23 @@ OUTER_CLOCK = [
 # the first two pass again: it is the outer clock that catches them.
 REOPENED = [dataclasses.replace(c, id=f"{c.id}_without_the_outer_clock", status=Status.PASSED,
                                 config={"outer_clock": False, "host_clock_floor": False}) for c in OUTER_CLOCK[:2]]
+
+# The frozen clock around a slow kernel, the host clock's floor off: nothing accuses it, and the
+# outer clock charges it what its window vouches for, at least the 100 ms a call it hid (honest: the
+# same). It gains nothing.
+CHARGED = [dataclasses.replace(OUTER_CLOCK[1], id="hijacks_the_clock_is_charged_without_the_floor",
+                               status=Status.PASSED, config={"host_clock_floor": False}),
+           # Results forged around the handshake with a plausible time (2 us), the re-times played
+           # through, around a kernel of 100 ms a set: above every floor, and charged its real time.
+           Case("forges_a_plausible_time_around_a_slow_kernel_and_plays_the_re_times", Status.PASSED, FORGE + """
+        import os
+
+        _forge(handshake=True, use_go=True, slow_s=0.1, median_ms=0.002, replay=True)
+        os._exit(0)
+
+        def run(x, w, b, y):
+            y.zero_()
+        """)]
 
 # A short kernel's time, frozen or forged, hides less than the outer clock's slack; what it reports
 # (1e-6 ms) is below half of the shortest call the host's clock can time: that floor catches it.
@@ -1052,7 +1258,8 @@ VALUE_CACHE = Case("value_cache_gains_nothing_in_timed_runs", Status.PASSED, """
             CACHE[key] = x * w + b
         y.copy_(CACHE[key])
     """)
-EVERY_CASE = [*CASES, *OUTER_CLOCK, *HOST_CLOCK, *REOPENED, *FLOOR_OFF, *HOLES, POINTER_CACHE, VALUE_CACHE]
+EVERY_CASE = [*CASES, *SIGNALS, *OUTER_CLOCK, *HOST_CLOCK, *REOPENED, *FLOOR_OFF, *CHARGED, *HOLES, POINTER_CACHE,
+              VALUE_CACHE]
 CASES_BY_ID = {c.id: c for c in EVERY_CASE}
 
 
@@ -1074,7 +1281,7 @@ def _param(case: Case):
     return pytest.param(case, id=case.id, marks=marks)
 
 
-@pytest.mark.parametrize("case", [_param(c) for c in [*CASES, *OUTER_CLOCK, *HOST_CLOCK]])
+@pytest.mark.parametrize("case", [_param(c) for c in [*CASES, *SIGNALS, *OUTER_CLOCK, *HOST_CLOCK]])
 def test_hack_is_caught(attempts: Attempts, case: Case) -> None:
     assert_status(attempts[case], case)
 
@@ -1082,6 +1289,20 @@ def test_hack_is_caught(attempts: Attempts, case: Case) -> None:
 @pytest.mark.parametrize("case", REOPENED, ids=[c.id for c in REOPENED])
 def test_without_the_outer_clock_the_hole_reopens(attempts: Attempts, case: Case) -> None:
     assert_status(attempts[case], case)
+
+
+@pytest.mark.parametrize("case", CHARGED, ids=[c.id for c in CHARGED])
+def test_time_hidden_from_the_timer_is_charged(attempts: Attempts, case: Case) -> None:
+    """Passed, but charged the outer clock's figure: the 100 ms a run it slept (what the honest
+    kernel reports), never the 1e-9 ms its frozen clock read or the 2 us it made up. Less at most
+    the reference's overhead per set, which the charge takes off the window for every set (about
+    1 ms a set on the affine problem here): a harness that skips its own work keeps that, no more."""
+    result = attempts[case].result
+    assert result.status is Status.PASSED, result.message
+    for trace in result.traces:
+        timing = trace.evaluation.timing
+        assert timing.outer_charged_ms is not None and timing.median_ms <= 0.002, timing
+        assert trace.evaluation.performance.latency_ms == timing.outer_charged_ms >= 95.0, timing
 
 
 @pytest.mark.parametrize("case", FLOOR_OFF, ids=[c.id for c in FLOOR_OFF])

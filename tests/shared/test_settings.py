@@ -142,3 +142,11 @@ def test_the_llm_endpoint_comes_from_the_standard_openai_variables():
     assert settings.openai_base_url == "http://127.0.0.1:9/v1"
     assert settings.model == "qwen3-coder"
     assert Settings.from_env({}).openai_api_key is None
+
+
+def test_the_outer_clocks_re_times_come_from_the_environment(tmp_path) -> None:
+    from services.evaluator.evaluate import EvalConfig
+
+    settings = Settings.from_env({"KERNELSWARM_OUTER_CLOCK_RETIMES": "5"}, home=tmp_path)
+    assert EvalConfig.from_settings(settings).outer_clock_retimes == 5
+    assert EvalConfig.from_settings(Settings.from_env({}, home=tmp_path)).outer_clock_retimes == 3

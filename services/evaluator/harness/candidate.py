@@ -3,6 +3,8 @@ its seed and checks its digest (a set it cannot make identically is reported, no
 from its file; runs the solution on each set into outputs pre-filled with NaN, saves them, then
 times it, each timed call on a fresh copy of an input set of its own and into fresh NaN-filled
 outputs, inside the outer clock's window where it is on (`harness/main.py` says the whole child).
+Every `end` is answered: where the evaluator answers `again` (the window over its allowance,
+`retime`), it times the workload again on the fresh sets that carries, and reports the last batch.
 It never sees the attempt's secret or the expected outputs; a set's seed gives it only that set's
 values.
 """
@@ -23,7 +25,7 @@ from services.evaluator.harness.guards import Guard, snapshot
 from services.evaluator.harness.inputs import NOT_REPRODUCED, digest, make_inputs
 from services.evaluator.languages.launch import foreign_kernels
 from services.evaluator.harness.phases import PHASES, phase, timing_plan, traceback_tail
-from services.evaluator.harness.timing import bind_runtime, sm_clock_mhz, synchronize, time_runs
+from services.evaluator.harness.timing import bind_runtime, cupti_recorder, sm_clock_mhz, synchronize, time_runs
 from services.evaluator.protocol import CandidateJob
 from shared.schema import Definition, Workload
 
@@ -35,15 +37,20 @@ def run_candidate(job: CandidateJob, definition: Definition, workload: Workload,
         if "entry" not in state:
             entry_for(job.language).preload()  # trusted imports, before the guard's snapshot
             bind_runtime(device)  # what the timer resets persisting L2 lines with, before the guard's snapshot
+            if device.type == "cuda":  # the timer's CUPTI set up before the signal guard's snapshot too
+                cupti_recorder()
             # Output sets shared in GPU memory where the job says so and cuda-python is here (else files).
             state["share"] = bool(job.gpu_handover) and state["clock"] is not None \
                 and device.type == "cuda" and gpu_handover.bind(device)
             guard = state["guard"] = Guard()  # before the solution's code runs at all
             # The verdict's own path, bound before the solution may rebind this module's names.
-            state["verdict"] = (_enforce, guard.check, guard.check_inputs, guard.check_outputs, guard.check_call)
+            state["verdict"] = (_enforce, guard.check, guard.check_inputs, guard.check_outputs, guard.check_call,
+                                guard.after_import, guard.check_signals)
             state["entry"] = load_entry(job)
-            state["verdict"][0](state["verdict"][1]())
-        enforce, check, check_inputs, check_outputs, check_call = state["verdict"]
+            # Signal handlers it installed at import are allowed (honest libraries install some);
+            # a timer armed or a signal pending then is not.
+            state["verdict"][0](state["verdict"][5]() or state["verdict"][1]())
+        enforce, check, check_inputs, check_outputs, check_call, _, check_signals = state["verdict"]
         entry = state["entry"]
         dps = job.destination_passing_style
         outputs_dir = Path(job.outputs_dir)
@@ -98,27 +105,43 @@ def run_candidate(job: CandidateJob, definition: Definition, workload: Workload,
 
         plan = dataclasses.replace(timing_plan(job), max_runs=timed_sets,
                                    warmup_runs=job.warmup_runs if warm is not None else 0)
+        begin = hand_over if clock is not None else None
+        first = rounds  # the set number of the batch's first timed set
         clock_before = sm_clock_mhz(device)
-        with phase("timing"):
-            latency = time_runs(run, device, plan, prepare, hand_over if clock is not None else None)
-        clock_after = sm_clock_mhz(device)
-        own = cubin_kernels(entry)
-        if own is not None:  # a `cuda` solution: the kernels its timed runs ran must be its own
-            enforce(foreign_kernels(latency.kernels, own.defines))
-        for t, outputs in last.items():  # inside the outer clock's window: the outputs exist at `end`
-            enforce(check_outputs(outputs))
-            if share:
-                held[rounds + t] = outputs
-                continue
-            with phase("save"):
-                tensorfile.save(outputs, outputs_dir / f"w{index}_s{rounds + t}.st")
-        shared, keep = _share(held, device, outputs_dir, index)
-        if clock is not None:
-            clock.end(workload.uuid, latency.runs, latency.total_ms, latency.median_ms, shared)
-        del keep, held
-        enforce(check())
-        for before, after in zip(timed_before, timed):
-            enforce(check_inputs(before, after))
+        while True:  # one timed batch; again where the outer clock re-times it (`retime`)
+            with phase("timing"):
+                latency = time_runs(run, device, plan, prepare, begin)
+            clock_after = sm_clock_mhz(device)
+            own = cubin_kernels(entry)
+            if own is not None:  # a `cuda` solution: the kernels its timed runs ran must be its own
+                enforce(foreign_kernels(latency.kernels, own.defines))
+            for t, outputs in last.items():  # inside the outer clock's window: the outputs exist at `end`
+                enforce(check_outputs(outputs))
+                if share:
+                    held[first + t] = outputs
+                    continue
+                with phase("save"):
+                    tensorfile.save(outputs, outputs_dir / f"w{index}_s{first + t}.st")
+            enforce(check_signals())  # nothing left to run after the batch's last timer reading, before `end`
+            shared, keep = _share(held, device, outputs_dir, index)
+            again = clock.end(workload.uuid, latency.runs, latency.total_ms, latency.median_ms, shared) \
+                if clock is not None else None
+            del keep
+            held = {}
+            last.clear()
+            enforce(check())
+            for before, after in zip(timed_before, timed):
+                enforce(check_inputs(before, after))
+            if again is None:
+                break
+            # Timed again, in a window open since `again`: fresh sets (their seeds in it, or their
+            # files moved into the inputs folder), each run on a fresh copy as before, no warm-up.
+            first = int(again["first"])
+            given[:] = _with_timed_seeds(given, again)
+            timed[:] = [_input_set(job, definition, workload, index, first + t, device, given)
+                        for t in range(timed_sets)]
+            timed_before[:] = [snapshot(t) for t in timed]
+            plan, begin = dataclasses.replace(plan, warmup_runs=0), None
     except HackDetected as hack:
         return {"status": "REWARD_HACK", "message": str(hack)}
     except _NotReproduced as differs:  # the solution's doing where the guard sees why

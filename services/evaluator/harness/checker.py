@@ -9,7 +9,12 @@ channel at that line, and `finish_child` returns with the child still running). 
 sends `{"op": "check", "index": i, "runs": n, "outputs_dir": ...}` per workload (at the candidate's
 `end` where the outer clock is on, else after the candidate) and reads one line back: the `Check`
 as a dict. `{"op": "quit"}`, or the channel closing, ends the checker; the evaluator kills its
-process group anyway. The evaluator's end is `children.Checker`.
+process group anyway. The evaluator's end is `children.Checker`. Where the outer clock re-times a
+workload (`retime`), the evaluator first sends `{"op": "more", "index": i, "first": s, "count": n}`:
+the checker makes `n` fresh input sets from its own seeds, runs the reference on them and holds
+their expected outputs, and answers their seeds and digests (or `set_seeds` None: files saved where
+the candidate cannot read them until they are handed over); the `check` of that batch then carries
+`first`.
 
 The checker is trusted code only (the harness's checks); the candidate's output files are read
 with `checks.read_regular` (a copy taken at that moment, regular files only), as before.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import json
 import socket
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +45,11 @@ def open_channel(fd: int) -> tuple[socket.socket, Any]:
 
 
 def serve(sock: socket.socket, reader, job: ReferenceJob, definition: Definition, workloads: dict[int, Workload],
-          expected: dict[str, dict[str, Any]], device: torch.device) -> None:
-    """Answer `check` requests until `quit` or the channel closes. Each workload's expected sets
-    are dropped once it has been checked (it is checked once)."""
+          expected: dict[str, dict[str, Any]], device: torch.device,
+          make_sets: Callable[[int, int, int], dict[str, Any]] | None = None) -> None:
+    """Answer `check` and `more` requests until `quit` or the channel closes. Each workload's
+    expected sets are dropped once they have been checked; `more` (a re-timed batch, `retime`)
+    makes fresh ones with `make_sets(index, first, count)` (`reference_role.more_sets`)."""
     protect_self()  # from here the process outlives its own work, beside the candidate's
     send(sock, {"op": "checking", "uuid": ""})
     rounds = job.correctness_rounds
@@ -50,9 +58,18 @@ def serve(sock: socket.socket, reader, job: ReferenceJob, definition: Definition
         if not line:
             return
         message = json.loads(line)
+        if message.get("op") == "more" and make_sets is not None:
+            index = int(message["index"])
+            try:
+                reply = make_sets(index, int(message["first"]), int(message["count"]))
+            except Exception:  # the harness's own failure: said as such
+                reply = {"error": "making fresh timed sets failed:\n" + traceback.format_exc()[-2000:]}
+            send(sock, {**reply, "index": index})
+            continue
         if message.get("op") != "check":
             return
         index = int(message["index"])
+        first = message.get("first")
         importer = None
         try:
             shared = {int(s): d for s, d in (message.get("shared") or {}).items()}
@@ -62,7 +79,8 @@ def serve(sock: socket.socket, reader, job: ReferenceJob, definition: Definition
                 gpu_handover.bind(device)
                 importer = gpu_handover.Importer(device)
             check = check_sets(definition, workloads[index].effective_tolerance, index, rounds, int(message["runs"]),
-                               Path(message["outputs_dir"]), expected, device, shared, importer)
+                               Path(message["outputs_dir"]), expected, device, shared, importer,
+                               first=int(first) if first is not None else None)
             reply = check.as_dict()
         except Exception:  # the harness's own failure: said as such, never a pass
             reply = Check(Status.RUNTIME_ERROR, "the checker failed:\n" + traceback.format_exc()[-2000:]).as_dict()

@@ -27,17 +27,19 @@ def timed_runs(result: dict[str, Any], timed_sets: int) -> int:
 
 def check_sets(definition: Definition, tolerance: Tolerance, index: int, rounds: int, runs: int, outputs_dir: Path,
                expected_sets: dict[str, dict[str, Any]], device: torch.device,
-               shared: dict[int, dict[str, Any]] | None = None, importer: Any = None) -> Check:
+               shared: dict[int, dict[str, Any]] | None = None, importer: Any = None,
+               first: int | None = None) -> Check:
     """Every correctness round and the outputs of every timed run (`runs`: each had its own input
     set), every output tensor, as the files are now: each is copied into this process's memory
     before it is read (`read_regular`), so that what is checked is what existed at this moment.
     The checker runs this at the candidate's `end` where the outer clock is on. A set with no
     such file has `Check.missing` set (the evaluator asks later whether it appeared after). Sets in
     `shared` (set number -> descriptor) are in the candidate's GPU memory instead: `importer`
-    (`gpu_handover.Importer`) copies them."""
+    (`gpu_handover.Importer`) copies them. With `first` (a re-timed batch): only the `runs` sets
+    from set `first` (its correctness rounds were checked with the first batch)."""
     worst_abs = worst_rel = 0.0
     ratio = 1.0
-    for s in range(rounds + max(0, runs)):
+    for s in range(rounds + max(0, runs)) if first is None else range(first, first + max(0, runs)):
         name = f"w{index}_s{s}"
         expected = expected_sets[name]
         phase = "correctness round" if s < rounds else "timed run on input set"

@@ -1,6 +1,6 @@
 """The child's end of the outer clock (`services/evaluator/outer_clock.py` says the protocol): per
 workload, `ready` before the timed batch (the evaluator answers `go` with what it hands over) and
-`end` after it; with output sets shared in GPU memory, `end` waits for the evaluator's `sealed`.
+`end` after it, which waits for the evaluator's answer: `sealed`, or `again` (a re-time, `retime`).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import socket
 from typing import Any
 
-from services.evaluator.protocol import MAX_CHILD_LINE, MAX_GO_LINE, Job, send
+from services.evaluator.protocol import MAX_GO_LINE, Job, send
 
 
 class ClockLost(RuntimeError):
@@ -48,17 +48,23 @@ class HarnessClock:
         return self._socket, self._reader
 
     def end(self, uuid: str, runs: int, total_ms: float, median_ms: float,
-            shared: dict[int, Any] | None = None) -> None:
-        """The batch's end. With `shared` (output sets in GPU memory, `gpu_handover`), waits for the
-        evaluator's `sealed`: until then the checker may be copying them."""
+            shared: dict[int, Any] | None = None) -> dict[str, Any] | None:
+        """The batch's end; waits for the evaluator's answer. `sealed` (None here): its outputs
+        are checked and the window closed (with `shared`, output sets in GPU memory, `gpu_handover`,
+        the checker has its copies). `again` (its message here): the window was over its allowance
+        and the workload is timed again, on the fresh sets it carries (`retime`)."""
         message = {"op": "end", "uuid": uuid, "runs": runs, "total_ms": total_ms, "median_ms": median_ms}
-        if shared is None:
-            send(self._socket, message)
-            return
         try:
-            send(self._socket, {**message, "shared": shared})
-            line = self._reader.readline(MAX_CHILD_LINE)
+            send(self._socket, message if shared is None else {**message, "shared": shared})
+            line = self._reader.readline(MAX_GO_LINE)
         except OSError as error:
             raise ClockLost(f"the evaluator's channel is closed: {error}") from None
-        if line.strip() != b'{"op": "sealed"}':
-            raise ClockLost(f"the evaluator's channel gave no `sealed` for workload {uuid} (got {line[:200]!r})")
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            answer = None
+        if isinstance(answer, dict) and answer.get("op") == "sealed":
+            return None
+        if isinstance(answer, dict) and answer.get("op") == "again":
+            return answer
+        raise ClockLost(f"the evaluator's channel gave no `sealed` for workload {uuid} (got {line[:200]!r})")

@@ -4,12 +4,13 @@ solution is imported and after every call. A violation ends the workload as `REW
 Caught here: replacing the timer or harness functions (time, torch.cuda.Event/synchronize, any name
 bound in the harness's own modules or classes, the code of their functions, the builtins, the
 standard-library functions the harness relies on, the harness's entries in sys.modules), profile,
-trace and gc hooks, exit handlers, starting threads or processes that outlive a call (descendants included: the
-sandbox makes the candidate their subreaper), modifying the inputs, returning a tensor subclass or a
-lazy stand-in instead of a plain tensor. `check_call` is the cheap part, run inside every timed call,
-for a timer patched just for the timer's next reading. The parent catches the rest it can: results
-that do not match the workloads it sent, outputs it re-checks itself, and (with the SOL model) a time
-below the physical limit.
+trace and gc hooks, exit handlers, signal handlers installed during a call and timers armed or
+signals pending after one (`signal_guard`), starting threads or processes that outlive a call
+(descendants included: the sandbox makes the candidate their subreaper), modifying the inputs,
+returning a tensor subclass or a lazy stand-in instead of a plain tensor. `check_call` is the cheap
+part, run inside every timed call, for a timer patched just for the timer's next reading. The parent
+catches the rest it can: results that do not match the workloads it sent, outputs it re-checks
+itself, and (with the SOL model) a time below the physical limit.
 
 All of this runs in the solution's own process, so it raises the bar rather than closing the door:
 see docs/results/hardening.md for what it does not catch.
@@ -24,6 +25,8 @@ import json
 import math
 import os
 import pathlib
+import resource
+import signal
 import statistics
 import sys
 import threading
@@ -35,13 +38,15 @@ from typing import Any
 import torch
 
 from services.evaluator.harness import timing
+from services.evaluator.harness.signal_guard import SignalWatch
 
 
 HARNESS = tuple(f"services.evaluator.{name}" for name in (
     "harness.main", "harness.candidate", "harness.phases", "harness.clock", "harness.timing", "harness.guards",
-    "harness.gpu_handover", "harness.tensorfile", "harness.inputs", "harness.entry", "languages.launch"))
+    "harness.gpu_handover", "harness.tensorfile", "harness.inputs", "harness.entry", "harness.signal_guard",
+    "languages.launch"))
 KEPT_MODULES = (*HARNESS, "time", "statistics", "json", "math", "os", "gc", "threading", "torch", "builtins",
-                "safetensors", "safetensors.torch", "pathlib")
+                "safetensors", "safetensors.torch", "pathlib", "signal")
 _MISSING = object()
 
 
@@ -73,7 +78,11 @@ def _watched() -> list[tuple[Any, str]]:
     watched += [(phases, "write_json")]
     watched += [(entry, name) for name in ("empty_outputs", "as_outputs", "cubin_kernels")]
     watched += [(launch, "foreign_kernels"), (launch.Kernels, "defines")]  # a `cuda` solution's kernels its own
-    watched += [(Guard, name) for name in ("check", "check_inputs", "check_outputs", "check_call")]
+    watched += [(Guard, name) for name in ("check", "check_inputs", "check_outputs", "check_call", "after_import",
+                                           "check_signals")]
+    # What the signal guard reads the process's signal state with (`signal_guard`).
+    watched += [(signal, name) for name in ("getitimer", "getsignal", "sigpending", "valid_signals", "Signals")]
+    watched += [(os, name) for name in ("pread", "fstat")] + [(resource, "getrlimit")]
     # What the harness calls between the solution's calls and the result file, input sets made
     # again from their seeds and their digests included.
     watched += [(torch, name) for name in ("equal", "isfinite", "full", "zeros", "empty", "randn", "randint",
@@ -126,6 +135,17 @@ class Guard:
         # The binding's list's contents (the guard watches its name only): what the timer resets L2
         # with and the harness shares output sets with.
         self._cuda = list(timing._CUDA)
+        self._signals = SignalWatch()  # handlers, timers and pending signals (`signal_guard`)
+
+    def after_import(self) -> str | None:
+        """Once the solution is imported: no timer armed and no signal pending; the handlers it
+        installed (honest libraries install some) are the base that later calls are compared with."""
+        return self._signals.after_import()
+
+    def check_signals(self) -> str | None:
+        """After the timed batch, before its `end`: no handler installed, timer armed or signal
+        pending, which would run work after the timer's last reading (`signal_guard`)."""
+        return self._signals.check()
 
     def check(self) -> str | None:
         """A message naming the first violation, or None."""
@@ -151,7 +171,7 @@ class Guard:
         extra_processes = _child_processes() - self._processes
         if extra_processes:
             return f"the solution started processes {sorted(extra_processes)} (no work outside the call)"
-        return self._runtime_kept()
+        return self._runtime_kept() or self._signals.check()
 
     def check_call(self) -> str | None:
         """The cheap part, run inside every timed call just after the solution returns: a timer
@@ -162,7 +182,7 @@ class Guard:
                     "(the timer is off limits)")
         if threading.active_count() != self._thread_count:
             return "the solution left threads running after a timed call (no work outside the call)"
-        return self._runtime_kept()
+        return self._runtime_kept() or self._signals.check_call()
 
     def _runtime_kept(self) -> str | None:
         if len(timing._CUDA) != len(self._cuda) or any(a is not b for a, b in zip(timing._CUDA, self._cuda)):

@@ -27,6 +27,7 @@ done. The parent owns every verdict; the child only reports what happened.
 from __future__ import annotations
 
 import os
+import functools
 import sys
 import traceback
 from pathlib import Path
@@ -78,11 +79,12 @@ def main(argv: list[str]) -> int:
         _exit_now(0)
     if isinstance(job.checker_fd, int):  # the reference's process becomes the attempt's checker
         from services.evaluator.harness import checker
-        from services.evaluator.harness.reference_role import EXPECTED
+        from services.evaluator.harness.reference_role import EXPECTED, more_sets
 
         sock, reader = state["clock"].channel() if state["clock"] is not None else checker.open_channel(job.checker_fd)
-        checker.serve(sock, reader, job, definition, dict(zip(job.indices, workloads)),
-                      EXPECTED, device)
+        by_index = dict(zip(job.indices, workloads))
+        make_sets = functools.partial(more_sets, job, definition, by_index, device, state)
+        checker.serve(sock, reader, job, definition, by_index, EXPECTED, device, make_sets)
     return 0
 
 

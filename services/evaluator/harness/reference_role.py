@@ -78,6 +78,24 @@ def run_reference(job: ReferenceJob, definition: Definition, workload: Workload,
     return result
 
 
+def more_sets(job: ReferenceJob, definition: Definition, workloads: dict[int, Workload], device: torch.device,
+              state: dict, index: int, first: int, count: int) -> dict[str, Any]:
+    """The checker's `more` (a re-timed batch, `retime`): `count` fresh timed sets of workload
+    `index` numbered from `first`, each from its own seed, the reference run on each and its
+    outputs held for the check. Returns their seeds and digests where the candidate makes them
+    again, else `set_seeds` None (saved in the timed sets' folder); `error` where they failed."""
+    workload = workloads[index]
+    sets: list[tuple[int, list]] | None = [] if job.regenerate_inputs and regenerable(workload) else None
+    try:
+        for s in range(first, first + count):
+            _reference_set(job, definition, workload, index, s, device, state["module"], sets)
+    except _SetFailed as failed:
+        return {"error": failed.message}
+    if sets is None:
+        return {"set_seeds": None}
+    return {"set_seeds": [seed for seed, _ in sets], "set_digests": [made for _, made in sets]}
+
+
 def _timed_sets(job: ReferenceJob, definition: Definition, workload: Workload, index: int, device: torch.device,
                 reference: ModuleType, sets: list | None) -> tuple[dict[str, Any], int]:
     """The timed runs' input sets, one per timed run, so that no timed run sees values that an
