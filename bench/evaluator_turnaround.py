@@ -11,7 +11,8 @@ is made before the first case, as the service does at start. On a CPU: `--device
 --workloads 4` (the pytorch cases, small workloads). The
 wall time of each phase (build, reference child, candidate child, checks) is recorded. Prints a
 table; writes JSON. `--outer-clock on|off` sets the evaluator's outer clock (its cost);
-`--gpu-handover on|off` whether output sets reach the checker in GPU memory or through files.
+`--gpu-handover on|off` whether output sets reach the checker in GPU memory or through files;
+`--replay on|off` whether a `cuda` solution is recorded and replayed (a third child) or timed in process.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import torch
 from services.evaluator.config import EvalConfig
 
 from services.evaluator.evaluate import evaluate, warm_up
-from services.evaluator.spares import HOMES, SPARE_READY_S, Spares
+from services.evaluator.spares import ALL_HOMES, SPARE_READY_S, Spares
 from shared.hardware import cpu_name
 from shared.schema import Solution, load_problem
 from shared.store import LocalStore
@@ -138,6 +139,8 @@ def main() -> None:
                         help="the evaluator's outer clock (default: on, as in the evaluator)")
     parser.add_argument("--gpu-handover", choices=["on", "off"],
                         help="output sets to the checker in GPU memory (default: on, as in the evaluator)")
+    parser.add_argument("--replay", choices=["on", "off"],
+                        help="`cuda`: record and replay (default: on, as in the evaluator); off: timed in process")
     args = parser.parse_args()
     cases = [CASES[int(k)] for k in args.cases.split(",")] if args.cases else CASES
     rows = []
@@ -149,9 +152,10 @@ def main() -> None:
             warm_up(args.device)
         for case, language, ahead in cases:
             config = EvalConfig(device=args.device, build_cache=cache, spares=spares if ahead else None,
-                                outer_clock=args.outer_clock != "off", gpu_handover=args.gpu_handover != "off")
+                                outer_clock=args.outer_clock != "off", gpu_handover=args.gpu_handover != "off",
+                                replay=args.replay != "off")
             if ahead:  # as in the evaluator service between attempts: spares started and warm
-                spares.refill(HOMES)
+                spares.refill(ALL_HOMES)
                 for spare in spares._ready.values():
                     spare.wait_ready(SPARE_READY_S)
             if "cached" in case:  # fill the shared build cache first: cold cases build into stores of their own
@@ -178,7 +182,8 @@ def main() -> None:
                          + (f" --workloads {args.workloads}" if args.workloads else "")
                          + (f" --repeat {args.repeat}" if args.repeat != 1 else "")
                          + (f" --outer-clock {args.outer_clock}" if args.outer_clock else "")
-                         + (f" --gpu-handover {args.gpu_handover}" if args.gpu_handover else ""), "rows": rows}
+                         + (f" --gpu-handover {args.gpu_handover}" if args.gpu_handover else "")
+                         + (f" --replay {args.replay}" if args.replay else ""), "rows": rows}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"turnaround on {hardware}")
     print(f"{'case':26} {'status':8} {'wall s':>7} {'build':>6} {'ref':>6} {'cand':>6} {'check':>6} clock")

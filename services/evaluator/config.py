@@ -56,6 +56,9 @@ class EvalConfig:
     # On a device timed by the host's clock (the CPU), where no physical floor applies: a median
     # below half the shortest call that clock can time here is REWARD_HACK (`score.below_the_host_clock`).
     host_clock_floor: bool = True
+    # Language `cuda`: its launch.py runs only in a record step and a child that imports none of its
+    # Python replays the launch plans and times them (`timer/`). Off: timed in its own process.
+    replay: bool = True
 
     @property
     def regenerates_inputs(self) -> bool:

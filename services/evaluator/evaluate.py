@@ -16,6 +16,7 @@ import dataclasses
 import importlib
 import logging
 import math
+import os
 import secrets
 import shutil
 from collections.abc import Callable
@@ -37,14 +38,15 @@ from services.evaluator.outer_clock import move_timed_sets, timed_hand_over
 from services.evaluator.retime import Retimer
 from services.evaluator.protocol import CandidateJob, ReferenceJob
 from services.evaluator.sandbox.isolation import StartedChild, memory_limit, shared_folders, start_child
-from services.evaluator.spares import HOMES, OUTPUTS, SPARE_READY_S, Spare, discard
+from services.evaluator.spares import CONFINED, HOMES, OUTPUTS, SPARE_READY_S, Spare, discard
 from services.evaluator.score import below_the_host_clock, count_ahead, hardware_for, score_workload
 from services.evaluator.scratch import make_folder, sweep_folders
+from services.evaluator.timer.plan import RECORDED_SETS, cubin_kernels
+from services.evaluator.timer.route import IN_PROCESS, REPLAY, Routed, route, timer_job
 from shared.hardware import HardwareSpec, cpu_name
 from shared.schema import (
-    AttemptInfo, Correctness, Environment, Evaluation, Performance, Problem, Solution, SolScore, Status, Timing,
-    Trace,
-    Workload,
+    AttemptInfo, Correctness, Environment, Evaluation, Language, Performance, Problem, Solution, SolScore, Status,
+    Timing, Trace, Workload,
 )
 from shared.sol import problem_score
 
@@ -85,7 +87,7 @@ def evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workl
     """Evaluate `solution` on the problem's workloads (the first `max_workloads` if given)."""
     say = progress or (lambda _message: None)
     workloads = list(problem.workloads[:max_workloads] if max_workloads else problem.workloads)
-    children = _Children(config)
+    children = _Children(config, timer=solution.spec.language is Language.CUDA and config.replay)
     try:
         dirs = children.dirs
         say("building")
@@ -105,12 +107,15 @@ class _Children:
     """The attempt's folders and its two children: spares started ahead when the config has a
     pool (the candidate's spare folder becomes the attempt folder), else started when needed."""
 
-    def __init__(self, config: EvalConfig) -> None:
+    def __init__(self, config: EvalConfig, timer: bool = False) -> None:
         self.config = config
+        self.timer = timer  # a third child, the `cuda` timer (`timer_dirs`), after the record step
         self.phases: dict[str, dict[str, float]] = {}
         self.spares: dict[str, Spare] = {}
         if config.spares is not None:
             self.spares = {role: config.spares.take(role, home) for role, home in HOMES.items()}
+            if timer:
+                self.spares["timer"] = config.spares.take("timer", HOMES["candidate"])
             root = self.spares["candidate"].root
         else:
             scratch = scratch_root(config)
@@ -130,13 +135,36 @@ class _Children:
     def started(self, role: str) -> StartedChild:
         spare = self.spares.get(role)
         if spare is None:
-            home = self.dirs["ref" if role == "reference" else "cand"]
+            folders = self.timer_dirs() if role == "timer" else \
+                {"home": self.dirs["ref" if role == "reference" else "cand"], "outputs": self.dirs[OUTPUTS]}
+            home, outputs = folders["home"], folders["outputs"]
             return start_child([*CHILD, "--wait", self.config.device], home, home / "child.log",
-                               isolate=role == "candidate", fork_server=self.config.fork_server,
+                               isolate=role in CONFINED, fork_server=self.config.fork_server,
                                memory_bytes=memory_limit(self.config.device), host_memory_bytes=memcap.bound_bytes(),
-                               own_folders=(home, self.dirs[OUTPUTS]) if role == "candidate" else (),
+                               own_folders=(home, outputs) if role in CONFINED else (),
                                shared_folders=shared_folders(self.config.device))
         return spare.child
+
+    def timer_dirs(self) -> dict[str, Path]:
+        """The timer child's folders (home, outputs, inputs, solution). Started on demand: a home and
+        outputs of its own in the attempt's folder (not the record child's: what that child may have
+        left running cannot write them). A spare sees only its own folder, fixed when it started:
+        the solution and the input files read so far are copied (linked) there."""
+        spare = self.spares.get("timer")
+        if spare is None:
+            found = {"home": self.root / "tim", "outputs": self.root / "tim_outputs",
+                     "inputs": self.dirs["inputs"], "solution": self.dirs["solution"]}
+            for name in ("home", "outputs"):
+                found[name].mkdir(mode=0o700, exist_ok=True)
+            return found
+        found = {"home": spare.root / HOMES["candidate"], "outputs": spare.root / OUTPUTS,
+                 "inputs": spare.root / "inputs", "solution": spare.root / "solution"}
+        if not found["solution"].exists():
+            shutil.copytree(self.dirs["solution"], found["solution"])
+            found["inputs"].mkdir(mode=0o700)
+            for path in self.dirs["inputs"].iterdir():
+                os.link(path, found["inputs"] / path.name)
+        return found
 
     def wait_ready(self) -> None:
         for spare in self.spares.values():
@@ -218,14 +246,15 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
     say(f"candidate on {len(runnable)} workloads")
     rounds = config.correctness_rounds
     timed = {workloads[i].uuid: (i, ref_results[i]) for i in runnable}
-    hand_over = timed_hand_over(dirs["timed"], dirs["inputs"], rounds, timed)
+    inputs_dir = dirs["inputs"]  # the timer child's own where it has a spare (`_Children.timer_dirs`)
+    hand_over = timed_hand_over(dirs["timed"], inputs_dir, rounds, timed)
     verdicts: dict[int, Check] = {}
 
     def make_sets(index: int, first: int, count: int) -> dict | None:
         """A re-timed batch's fresh sets, made in the checker; files moved where the candidate reads them."""
         payload = checker.more(index, first, count)
         if payload is not None and payload["set_seeds"] is None:
-            move_timed_sets(dirs["timed"], dirs["inputs"], index, range(first, first + count))
+            move_timed_sets(dirs["timed"], inputs_dir, index, range(first, first + count))
         return payload
 
     retimer = Retimer(reference.clock.windows if reference.clock is not None else {}, timed, rounds,
@@ -237,33 +266,58 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
         index, made = timed[uuid]
         first = retimer.first_set(uuid)
         try:
-            verdicts[index] = checker.check(index, max(0, min(runs, made["timed_sets"])), dirs["outputs"], shared,
+            verdicts[index] = checker.check(index, max(0, min(runs, made["timed_sets"])), outputs_dir, shared,
                                             first=first if first != rounds else None)
         except Exception as error:  # the evaluator's own failure: never a pass, never the solution's hack
             log.exception("checking workload %s failed", uuid)
             verdicts[index] = Check(Status.RUNTIME_ERROR, f"checking these outputs failed in the evaluator: {error}")
 
-    candidate = run_child(dirs["cand"], config, lambda: children.started("candidate"), CandidateJob(
-        **common, outputs_dir=str(dirs["outputs"]), solution_dir=str(dirs["solution"]),
-        entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
-        language=solution.spec.language.value, gpu_handover=clock and config.gpu_handover,
-        artifact_path=str(build.artifact_path) if build.artifact_path else None,
-        destination_passing_style=solution.spec.destination_passing_style,
-        workloads=[workloads[i] for i in runnable], indices=runnable,
-        timed_sets=[ref_results[i]["timed_sets"] for i in runnable],
-        # Each set's own seed, not the secret it was hashed from: it gives the set's values, which
-        # the candidate gets anyway; with the outer clock, the timed sets' only at `go`. None: the
-        # workload's sets are files in `inputs_dir`.
-        set_seeds=[_given(ref_results[i].get("set_seeds"), rounds, clock) for i in runnable],
-        set_digests=[_given(ref_results[i].get("set_digests"), rounds, clock) for i in runnable]),
-        hand_over, seal if clock else None, retimer if clock else None)
+    def job(runnable: list[int]) -> CandidateJob:
+        return CandidateJob(
+            **common, outputs_dir=str(outputs_dir), solution_dir=str(dirs["solution"]),
+            entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
+            language=solution.spec.language.value, gpu_handover=clock and config.gpu_handover,
+            artifact_path=str(build.artifact_path) if build.artifact_path else None,
+            destination_passing_style=solution.spec.destination_passing_style,
+            workloads=[workloads[i] for i in runnable], indices=runnable,
+            timed_sets=[ref_results[i]["timed_sets"] for i in runnable],
+            # Each set's own seed, not the secret it was hashed from: it gives the set's values, which
+            # the candidate gets anyway; with the outer clock, the timed sets' only at `go`. None: the
+            # workload's sets are files in `inputs_dir`.
+            set_seeds=[_given(ref_results[i].get("set_seeds"), rounds, clock) for i in runnable],
+            set_digests=[_given(ref_results[i].get("set_digests"), rounds, clock) for i in runnable])
+
+    home, outputs_dir, role, routed = dirs["cand"], dirs["outputs"], "candidate", None
+    if children.timer:  # language `cuda`: its launch plans recorded first, then timed without its Python
+        routed = _record(problem, workloads, runnable, job(runnable), build, config, children, say)
+        for index, (status, message) in routed.failed.items():
+            outcomes[index] = _Outcome(status, message)
+        runnable = [i for i in runnable if i not in routed.failed]
+        if not runnable:
+            return outcomes
+        say(f"timer on {len(runnable)} workloads ({routed.mode})")  # the record step's own time ends here
+        folders = children.timer_dirs()
+        home, outputs_dir, inputs_dir, role = folders["home"], folders["outputs"], folders["inputs"], "timer"
+        hand_over = timed_hand_over(dirs["timed"], inputs_dir, rounds, timed)
+    timing_job = job(runnable) if routed is None or routed.plans is None else timer_job(job(runnable), routed.plans)
+    if role == "timer":
+        timing_job = timing_job.model_copy(update={
+            "inputs_dir": str(folders["inputs"]), "solution_dir": str(folders["solution"]),
+            "artifact_path": str(folders["solution"] / build.artifact_path.name)})
+    # Replayed, nothing of the solution's runs on the host that times it: no re-time (a window over
+    # its allowance could only be honest jitter there); its window stays on the trace.
+    retimes = clock and (routed is None or routed.mode != REPLAY)
+    candidate = run_child(home, config, lambda: children.started(role), timing_job,
+                          hand_over, seal if clock else None, retimer if retimes else None)
     sent = [workloads[i].uuid for i in runnable]
     children.phases["candidate"] = candidate.phases
     known_compile = {**(config.compile_baselines or {}), **compiled}
     say("checking")
+    mode, reason = (routed.mode, routed.reason) if routed is not None else (IN_PROCESS, None)
     for index, result in zip(runnable, candidate.results(sent, "the solution")):
         if result["status"] != "OK":
-            outcomes[index] = _Outcome(_candidate_status(result["status"]), result["message"])
+            outcomes[index] = _Outcome(_candidate_status(result["status"]),
+                                       "\n".join(m for m in (reason, result["message"]) if m))
             continue
         uuid, timed_sets = workloads[index].uuid, ref_results[index]["timed_sets"]
         clock_account = candidate.clock_account(reference, uuid, result, timed_sets, config.outer_clock_slack_ms,
@@ -271,7 +325,9 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
         if isinstance(clock_account, str):  # a forged result
             outcomes[index] = _Outcome(Status.REWARD_HACK, clock_account)
             continue
-        check = _verdict(index, timed_runs(result, timed_sets), verdicts, checker, dirs["outputs"], clock)
+        if clock_account is not None and mode == REPLAY:  # the outer clock's figure is never charged there
+            clock_account = dataclasses.replace(clock_account, latency_ms=result["latency"]["median_ms"], charged=False)
+        check = _verdict(index, timed_runs(result, timed_sets), verdicts, checker, outputs_dir, clock)
         reported, eager = result["latency"]["median_ms"], ref_results[index]["latency"]["median_ms"]
         # Impossible reports are judged as reported; the score takes what the outer clock charged.
         latency = clock_account.latency_ms if clock_account is not None else reported
@@ -289,8 +345,9 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
         if verdict is not None and latency != reported:
             verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, latency, eager,
                                      compile_ms)
-        timing = Timing(**result["latency"], **(clock_account.timing() if clock_account is not None else {}))
-        message = check.message
+        timing = Timing(**result["latency"], **(clock_account.timing() if clock_account is not None else {}),
+                        mode=mode, in_process_reason=reason)
+        message = "\n".join(m for m in (reason, check.message) if m)
         if clock_account is not None and clock_account.charged and check.status is Status.PASSED:
             message = (f"charged {latency:.4g} ms per run, the outer clock's figure (its own median "
                        f"{reported:.4g} ms): no timed batch fitted its allowance in {clock_account.retimes + 1} "
@@ -298,6 +355,23 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
         outcomes[index] = _Outcome(check.status, message, check, latency, eager, timing,
                                    verdict.sol if verdict else None)
     return outcomes
+
+
+def _record(problem: Problem, workloads: list[Workload], runnable: list[int], job: CandidateJob, build: Build,
+            config: EvalConfig, children: _Children, say: Callable[[str], None]) -> Routed:
+    """The record step of a `cuda` attempt: the candidate's child in record mode (no outer clock:
+    nothing is timed there), its two plans per workload judged by `timer.route`."""
+    if config.correctness_rounds < RECORDED_SETS:
+        return Routed(reason=f"not replayed, timed in the solution's own process: {config.correctness_rounds} "
+                             f"correctness round, and a plan is recorded on {RECORDED_SETS} input sets")
+    say(f"recording launch plans on {len(runnable)} workloads")
+    recorded = run_child(children.dirs["cand"], dataclasses.replace(config, outer_clock=False),
+                         lambda: children.started("candidate"), job.model_copy(update={"mode": "record"}))
+    children.phases["record"] = recorded.phases
+    results = dict(zip(runnable, recorded.results([workloads[i].uuid for i in runnable], "the solution")))
+    kernels = cubin_kernels(build.artifact_path.read_bytes())
+    return route(problem.definition, {i: workloads[i] for i in runnable}, results, kernels,
+                 job.destination_passing_style)
 
 
 def _verdict(index: int, runs: int, verdicts: dict[int, Check], checker, outputs_dir: Path, clock: bool) -> Check:

@@ -84,6 +84,12 @@ class CandidateJob(Job):
     timed_sets: list[int]
     set_seeds: list[list[int] | None]
     set_digests: list[list[Any] | None]
+    # Language `cuda` (services/evaluator/timer/): "record" runs the solution's launch.py against a
+    # recording `kernels` and reports each workload's two launch plans ("plans"), timing nothing;
+    # `replay` (workload UUID -> plan) makes the child a timer that replays them and imports none of
+    # the solution's Python.
+    mode: Literal["time", "record"] = "time"
+    replay: dict[str, Any] | None = None
 
 
 AnyJob = Annotated[ReferenceJob | CandidateJob, Field(discriminator="role")]

@@ -23,6 +23,10 @@ from services.evaluator.scratch import make_folder, sweep_folders
 from services.evaluator.sandbox.isolation import StartedChild, memory_limit, shared_folders, start_child, unprivileged_ids
 
 HOMES = {"reference": "ref", "candidate": "cand"}  # role -> the child's home inside its folder
+# Roles whose child runs a solution's code: confined, writing only its home and outputs. `timer`
+# (language `cuda`) runs no Python of the solution's, but does run its kernels.
+CONFINED = ("candidate", "timer")
+ALL_HOMES = {**HOMES, "timer": HOMES["candidate"]}  # every role a pool may keep a spare for
 OUTPUTS = "outputs"  # the candidate's output folder inside its folder (the attempt's, once taken)
 SPARE_READY_S = 120.0
 
@@ -82,15 +86,15 @@ class Spares:
         (root / home).mkdir(mode=0o700)
         # A candidate writes its home and its outputs (the attempt's `outputs` folder, made now:
         # what it may write is fixed when it starts), nothing else (`isolation.candidate_view`).
-        own = (root / home, root / OUTPUTS) if role == "candidate" else ()
+        own = (root / home, root / OUTPUTS) if role in CONFINED else ()
         for folder in own[1:]:
             folder.mkdir(mode=0o700)
-        ids = unprivileged_ids() if role == "candidate" else None
+        ids = unprivileged_ids() if role in CONFINED else None
         if ids is not None:  # it starts as `nobody` in a home of its own (see children.hand_over_folders)
             root.chmod(0o711)
             os.chown(root / home, *ids)
         child = start_child(["-m", "services.evaluator.harness", "--wait", self.device], root / home,
-                            root / home / "child.log", isolate=role == "candidate", fork_server=self.fork_server,
+                            root / home / "child.log", isolate=role in CONFINED, fork_server=self.fork_server,
                             memory_bytes=memory_limit(self.device), host_memory_bytes=memcap.bound_bytes(),
                             own_folders=own,
                             shared_folders=shared_folders(self.device))

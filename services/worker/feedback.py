@@ -9,6 +9,7 @@ from shared.schema import Trace
 
 MAX_CHARS = 4000
 MAX_DETAIL_CHARS = 600
+IN_PROCESS = "not replayed, timed in the solution's own process"  # a `cuda` attempt's log begins so (evaluator/timer)
 
 
 def feedback_text(status: str, message: str | None, traces: list[Trace]) -> str:
@@ -29,5 +30,8 @@ def feedback_text(status: str, message: str | None, traces: list[Trace]) -> str:
             lines.append(f"workload {axes}: {evaluation.status.value}: {detail}")
     if not traces and message:
         lines.append(message.strip()[-MAX_DETAIL_CHARS:])
+    why = next((t.evaluation.log.splitlines()[0] for t in traces if t.evaluation.log.startswith(IN_PROCESS)), None)
+    if why:  # said once, and whole: the per-workload lines keep a log's end
+        lines.insert(1, f"note: {why[:MAX_DETAIL_CHARS]}")
     text = "\n".join(lines)
     return text if len(text) <= MAX_CHARS else text[:MAX_CHARS] + "\n... (more workloads omitted)"

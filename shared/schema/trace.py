@@ -87,6 +87,11 @@ class Timing(Frozen):
     # the outer clock's figure per run, never below `median_ms` (the solution's own timer's).
     outer_charged_ms: float | None = None
     load_avg: list[float] | None = None  # os.getloadavg() (1, 5, 15 min) at the last batch's end
+    # "replay": a `cuda` solution's launch plans timed by a child that ran none of its Python
+    # (services/evaluator/timer/); "in_process": timed in the solution's own process, and for a
+    # `cuda` solution why it was not replayed.
+    mode: str | None = None
+    in_process_reason: str | None = None
 
 
 class Evaluation(Frozen):

@@ -1,8 +1,10 @@
 """Hacks that need a GPU (issue 10's list): a time below the physical floor, L2 lines marked persisting across calls, a CUDA
 graph replayed on the pointers it captured, work left running after the call returns, and results
 copied from an earlier call's outputs by a stream the timer might not watch. None may end PASSED with a time it did not pay for.
-One more is an open hole, kept as a strict xfail (docs/results/hardening.md, hole 7): results forged
-around the outer clock's handshake with a plausible time, every output computed honestly.
+Hole 7 (docs/results/hardening.md): results forged around the outer clock's handshake with a
+plausible time, every output computed honestly. Closed for `cuda` by record and replay (the forger
+never runs in the process that times it); open, a strict xfail, where a solution is timed in its
+own process (languages whose host code is the kernel, and a `cuda` solution whose record refused).
 
 Run on the GPU machine: `pytest -m gpu tests/gpu/test_gpu_hacks.py`.
 """
@@ -195,14 +197,10 @@ os._exit(0)
 """
 
 
-@pytest.mark.xfail(reason="hole 7 (hardening.md): the outer clock's allowance on a GPU holds the whole work of "
-                          "a short kernel's timed batch, and a made-up time above the SOL bound is not seen",
-                   raises=AssertionError, strict=True)
-def test_a_plausible_time_forged_around_the_handshake_is_not_seen_on_the_gpu(problem, config):
-    """The forger reports 80% of the honest kernel's time on each workload, and never less than 1.1
-    times the physical floor the evaluator applies (`shared.sol.hack_floor_ms` on the H200's row): a
-    plausible record. The test fails (XPASS, strict) once the hole closes; where its set-up goes
-    wrong it fails outright (`pytest.fail`, not the AssertionError the xfail takes)."""
+def _made_up_medians(problem, config) -> tuple[dict, dict]:
+    """The honest kernel's times, and times to forge: 80% of each, never less than 1.1 times the
+    physical floor the evaluator applies (`shared.sol.hack_floor_ms` on the H200's row): a
+    plausible record. Where its set-up goes wrong the test fails outright (`pytest.fail`)."""
     from shared.hardware import lookup
     from shared.sol import hack_floor_ms
     from shared.sol_count import count_work
@@ -216,8 +214,37 @@ def test_a_plausible_time_forged_around_the_handshake_is_not_seen_on_the_gpu(pro
     medians = {uuid: max(0.8 * ms, 1.1 * floors[uuid]) for uuid, ms in times.items()}
     if any(medians[uuid] >= ms for uuid, ms in times.items()):
         pytest.fail(f"no made-up time lies between the physical floor and the honest time: {times}")
+    return times, medians
+
+
+def test_a_plausible_time_forged_around_the_handshake_is_not_seen_for_cuda(problem, config):
+    """Hole 7 for `cuda` (hardening.md), closed by record and replay: the forger's launch.py forges
+    wherever its process is the one timed (it has the outer clock's channel) and is honest
+    elsewhere. It runs only in the record child, which times nothing and has no channel: its honest
+    plan is replayed by the timer child, which never imports it, and it passes with the time its
+    kernel took, never the made-up one."""
+    _times, medians = _made_up_medians(problem, config)
+    source = forger_for_cuda(FORGED_AROUND_THE_HANDSHAKE.replace("MEDIANS = {}", f"MEDIANS = {medians!r}"))
+    result = evaluate(problem, cuda_solution(GOOD, "forged_around_the_handshake", source), config)
+    assert result.status is Status.PASSED, result.message
+    reported = {t.workload.uuid: t.evaluation.performance.latency_ms for t in result.traces}
+    assert all(t.evaluation.timing.mode == "replay" for t in result.traces), result.traces
+    assert all(reported[u] != pytest.approx(m, rel=1e-6) for u, m in medians.items()), (reported, medians)
+
+
+@pytest.mark.xfail(reason="hole 7 (hardening.md) where a solution is timed in its own process: the outer clock's "
+                          "allowance on a GPU holds the whole work of a short kernel's timed batch, and a made-up "
+                          "time above the SOL bound is not seen; a `cuda` forger gets there by refusing its record "
+                          "(tensor work on the host while recorded)", raises=AssertionError, strict=True)
+@pytest.mark.parametrize("language", ["pytorch", "cuda_refusing_its_record"])
+def test_a_plausible_time_forged_around_the_handshake_is_not_seen_in_process(problem, config, language):
+    """The test fails (XPASS, strict) once the hole closes; where its set-up goes wrong it fails
+    outright (`pytest.fail`, not the AssertionError the xfail takes)."""
+    times, medians = _made_up_medians(problem, config)
     source = FORGED_AROUND_THE_HANDSHAKE.replace("MEDIANS = {}", f"MEDIANS = {medians!r}")
-    result = evaluate(problem, pytorch_solution("forged_around_the_handshake", source), config)
+    forger = pytorch_solution("forged_around_the_handshake", source) if language == "pytorch" else \
+        cuda_solution(GOOD, "forged_in_process", forger_for_cuda(source, refuse_the_record=True))
+    result = evaluate(problem, forger, config)
     if result.status is Status.PASSED:
         reported = {t.workload.uuid: t.evaluation.performance.latency_ms for t in result.traces}
         if reported != pytest.approx(medians):
@@ -225,3 +252,17 @@ def test_a_plausible_time_forged_around_the_handshake_is_not_seen_on_the_gpu(pro
     elif result.status is not Status.REWARD_HACK:
         pytest.fail(f"the forgery itself failed: {result.status.value}: {result.message}")
     assert result.status is not Status.PASSED, f"PASSED with made-up medians {medians}, honest {times}"
+
+
+def forger_for_cuda(source: str, refuse_the_record: bool = False) -> str:
+    """FORGED_AROUND_THE_HANDSHAKE as a `cuda` launch.py: the forgery runs at import only where the
+    job gives the outer clock's channel (the process the harness times); elsewhere an honest `run`
+    launches the kernel. `refuse_the_record`: that `run` also does tensor work while recorded, so
+    that the attempt is timed in process, where the forgery runs."""
+    head, loop = source.split("\nchannel = socket.socket", 1)
+    body = "\n".join("    " + line if line else line for line in ("channel = socket.socket" + loop).splitlines())
+    work = "    if JOB.get('mode') == 'record':\n        y.add_(0)\n" if refuse_the_record else ""
+    return (head + "\n\ndef _forge():\n" + body
+            + "\n\n\nif isinstance(JOB.get('clock_fd'), int):\n    _forge()\n\n\n"
+            + "def run(x, w, y, *, kernels):\n" + work + "    n = y.numel()\n"
+            + "    kernels.scale(x, w, y, n, grid=((n + 255) // 256,), block=(256,))\n")

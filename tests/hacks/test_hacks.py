@@ -25,8 +25,9 @@ Not covered here (GPU only, or not yet caught anywhere):
   outer clock since 2026-12-05: where it exceeds the allowance it is timed again and charged
   (CHARGED: it gains nothing); it is caught where the time reported is below what the host's clock
   can time at all (HOST_CLOCK), and not where it is plausible (xfail below; on a GPU the same hole
-  holds a short kernel's whole timed batch: tests/gpu/test_gpu_hacks.py, a strict xfail too,
-  hole 7 of hardening.md). Work left to a signal handler after the timer's end reading (SIGNALS)
+  holds a short kernel's whole timed batch where the solution is timed in its own process:
+  tests/gpu/test_gpu_hacks.py, a strict xfail too, hole 7 of hardening.md; a replayed `cuda`
+  solution is timed where none of its Python runs). Work left to a signal handler after the timer's end reading (SIGNALS)
   is caught by the signal guard (services/evaluator/harness/signal_guard.py);
 - the candidate's process reading the evaluator's memory (/proc/<ppid>/mem) or environment where
   it runs as the evaluator's user: the environment case below; memory is the same hole.

@@ -52,6 +52,8 @@ def run_candidate(job: CandidateJob, definition: Definition, workload: Workload,
             state["verdict"][0](state["verdict"][5]() or state["verdict"][1]())
         enforce, check, check_inputs, check_outputs, check_call, _, check_signals = state["verdict"]
         entry = state["entry"]
+        if hasattr(entry, "select"):  # a `cuda` solution's launch plans replayed (timer/replay.py)
+            entry.select(workload.uuid)
         dps = job.destination_passing_style
         outputs_dir = Path(job.outputs_dir)
         rounds, timed_sets = job.correctness_rounds, dict(zip(job.indices, job.timed_sets))[index]

@@ -53,7 +53,12 @@ def as_outputs(definition: Definition, returned: Any) -> dict[str, Any]:
 
 def load_entry(job: CandidateJob):
     """The solution's entry for its language (`languages.REGISTRY`): its Python entry where it has
-    one, as the language's loader makes it."""
+    one, as the language's loader makes it; a timer job's replayed launch plans (language `cuda`,
+    `timer/replay.py`), with no Python of the solution's."""
+    if job.replay is not None:
+        from services.evaluator.timer.replay import ReplayEntry
+
+        return ReplayEntry.from_job(job, torch.device(job.device))
     language = entry_for(job.language)
     entry = None
     if language.python_entry:
@@ -68,8 +73,11 @@ def load_entry(job: CandidateJob):
 
 
 def cubin_kernels(entry) -> Any:
-    """The `kernels` handle (`launch.Kernels`) of a `cuda` solution's entry; None for other languages."""
-    return entry.keywords.get("kernels") if isinstance(entry, functools.partial) else None
+    """The `kernels` handle (`launch.Kernels`) of a `cuda` solution's entry, in process or replayed
+    (`timer.replay.ReplayEntry`); None for other languages."""
+    if isinstance(entry, functools.partial):
+        return entry.keywords.get("kernels")
+    return getattr(entry, "replay_kernels", None)
 
 
 def load_module(name: str, source: str, constants: dict[str, Any], filename: str) -> ModuleType:

@@ -61,7 +61,9 @@ def main(argv: list[str]) -> int:
     result_path = Path(job.result_path)
     results: list[WorkloadResult] = []
     untrusted = job.role == "candidate"
-    if untrusted:
+    if untrusted and job.mode == "record":  # language `cuda`: its launch plans only (timer/)
+        from services.evaluator.harness.record_role import run_record as run
+    elif untrusted:
         run = run_candidate
     else:  # the trusted role's code: never imported by a candidate started as a new interpreter
         from services.evaluator.harness.reference_role import run_reference as run
