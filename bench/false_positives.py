@@ -1,0 +1,225 @@
+"""False accusations: honest solutions evaluated many times on a loaded machine, verdicts counted.
+
+    python bench/false_positives.py --device cpu --attempts 500 --out fp-cpu.json
+    python bench/false_positives.py --device cuda --attempts 200 --out fp-h200.json
+
+Every honest solution the project has takes turns: the library's seeds that the device runs
+(`problems/*/solutions/*_seed.json`: `pytorch` on a CPU; `cuda`, `pytorch`, `triton` and, where
+installed, `cute_dsl` on a GPU), each on its problem's first `--max-workloads` workloads, and the
+legitimate cases of the reward-hack suite (`tests/hacks/test_legitimate.py`: correct ways to write
+y = x * w + b that the guards must leave alone) on its tiny problem. The evaluator runs as the
+service runs it: settings from the environment (`Settings.from_env`), children started ahead
+(spares), the outer clock on.
+
+While they run, `--load` processes (default: one per core) keep every core busy with arithmetic and
+memory traffic, so the attempts meet the jitter of a shared machine; `--gpu-load` adds a process
+that keeps the GPU busy with matrix products (a shared GPU). Counted per solution: attempts, PASSED,
+REWARD_HACK, any other status, and workloads the outer clock re-timed. Honest code must never be
+REWARD_HACK; every non-PASSED verdict is kept with its message in the JSON. Prints a table; writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from services.evaluator.config import EvalConfig  # noqa: E402
+from services.evaluator.evaluate import evaluate, scratch_root, warm_up  # noqa: E402
+from services.evaluator.languages import entry_for, languages_on  # noqa: E402
+from services.evaluator.spares import spares_for  # noqa: E402
+from shared.hardware import cpu_name  # noqa: E402
+from shared.schema import Solution, load_problem  # noqa: E402
+from shared.settings import Settings  # noqa: E402
+from shared.store import LocalStore  # noqa: E402
+
+
+@dataclasses.dataclass(frozen=True)
+class Honest:
+    name: str
+    problem: object
+    solution: Solution
+    max_workloads: int | None
+
+
+def library_seeds(device: str, max_workloads: int, only: list[str] | None) -> list[Honest]:
+    runs = {lang.value for lang in languages_on(device)
+            if entry_for(lang) is not None and entry_for(lang).unavailable() is None}
+    found = []
+    for path in sorted((REPO / "problems").glob("*/solutions/*_seed.json")):
+        folder = path.parents[1]
+        if only and folder.name not in only:
+            continue
+        solution = Solution.model_validate_json(path.read_text())
+        if not {getattr(lang, "value", lang) for lang in solution.spec.languages} & runs:
+            continue
+        found.append(Honest(f"{folder.name}/{path.stem}", load_problem(folder, with_seeds=False), solution,
+                            max_workloads))
+    return found
+
+
+def legitimate_cases(root: Path) -> list[Honest]:
+    """The hack suite's legitimate solutions, on the suite's own tiny problem (CPU-side tensors are
+    moved to the device by the evaluator's inputs; the cases are device-agnostic torch)."""
+    from tests.evaluator.evalkit import affine_definition, affine_workloads, make_problem, make_solution
+    from tests.hacks.test_legitimate import CASES
+
+    problem = make_problem(root, affine_definition(), affine_workloads())
+    cases = []
+    for case in CASES:
+        if case.problem != "affine_float32" or case.config:
+            continue  # variants need the suite's own fixtures
+        cases.append(Honest(f"legitimate/{case.id}", problem, make_solution(case.code, **case.solution), None))
+    return cases
+
+
+def _burn(stop: multiprocessing.Event, seed: int) -> None:
+    """One core busy: arithmetic on a buffer larger than the caches (memory traffic too)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    data = rng.random(4 << 20)  # 32 MiB
+    while not stop.is_set():
+        data = np.sqrt(data * 1.0001 + 0.5)
+
+
+def _gpu_burn(stop: multiprocessing.Event) -> None:
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    while not stop.is_set():
+        for _ in range(20):
+            a = torch.nn.functional.normalize(a @ a, dim=1)
+        torch.cuda.synchronize()
+
+
+def start_load(processes: int, gpu: bool) -> tuple[multiprocessing.Event, list]:
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    workers = [ctx.Process(target=_burn, args=(stop, k), daemon=True) for k in range(processes)]
+    if gpu:
+        workers.append(ctx.Process(target=_gpu_burn, args=(stop,), daemon=True))
+    for w in workers:
+        w.start()
+    return stop, workers
+
+
+def stop_load(stop, workers) -> None:
+    stop.set()
+    for w in workers:
+        w.join(10)
+        if w.is_alive():
+            w.kill()
+
+
+def one_attempt(honest: Honest, config: EvalConfig) -> dict:
+    load_before = os.getloadavg()[0]
+    started = time.perf_counter()
+    result = evaluate(honest.problem, honest.solution, config, honest.max_workloads)
+    timings = [t.evaluation.timing for t in result.traces if t.evaluation.timing is not None]
+    retimed = sum(1 for t in timings if (getattr(t, "outer_retimes", None) or 0) > 0)
+    charged = sum(1 for t in timings if getattr(t, "outer_charged_ms", None) is not None)
+    statuses = Counter(t.evaluation.status.value for t in result.traces)
+    return {"solution": honest.name, "status": result.status.value, "wall_s": round(time.perf_counter() - started, 2),
+            "load_1min": round(load_before, 2), "workloads": len(result.traces), "workload_statuses": dict(statuses),
+            "retimed_workloads": retimed, "charged_workloads": charged,
+            "message": result.message[:1500] if result.status.value != "PASSED" else ""}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--attempts", type=int, default=500, help="attempts in all, solutions taking turns")
+    parser.add_argument("--load", type=int, default=os.cpu_count(), help="CPU load processes (0: none)")
+    parser.add_argument("--gpu-load", action="store_true", help="also keep the GPU busy (matrix products)")
+    parser.add_argument("--max-workloads", type=int, default=2, help="library seeds: the first N workloads")
+    parser.add_argument("--problems", help="comma-separated library problems (default: all)")
+    parser.add_argument("--no-library", action="store_true", help="only the hack suite's legitimate cases")
+    parser.add_argument("--no-legitimate", action="store_true", help="only the library's seeds")
+    parser.add_argument("--out", type=Path, default=Path("false_positives.json"))
+    args = parser.parse_args()
+
+    settings = Settings.from_env(device=args.device)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        honest: list[Honest] = []
+        if not args.no_library:
+            honest += library_seeds(args.device, args.max_workloads,
+                                    args.problems.split(",") if args.problems else None)
+        if not args.no_legitimate:
+            honest += legitimate_cases(Path(tmp) / "legit")
+        if not honest:
+            raise SystemExit("no honest solution selected")
+        config = EvalConfig.from_settings(settings, args.device, LocalStore(Path(tmp) / "store"))
+        config = dataclasses.replace(config, spares=spares_for(args.device, scratch_root(config), config.fork_server))
+        if args.device.startswith("cuda"):
+            warm_up(args.device)
+        hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU {cpu_name()}"
+        stop, workers = start_load(args.load, args.gpu_load)
+        began = time.perf_counter()
+        try:
+            for k in range(args.attempts):
+                row = one_attempt(honest[k % len(honest)], config)
+                rows.append(row)
+                flag = "" if row["status"] == "PASSED" else f"  <-- {row['message'][:200]}"
+                print(f"[{k + 1}/{args.attempts}] {row['solution']}: {row['status']} {row['wall_s']} s "
+                      f"load {row['load_1min']} retimed {row['retimed_workloads']}{flag}", flush=True)
+                _write(args, hardware, rows, time.perf_counter() - began)  # a run cut short keeps its counts
+        finally:
+            stop_load(stop, workers)
+    _print_table(hardware, args, _summary(rows), rows)
+
+
+def _write(args, hardware: str, rows: list[dict], elapsed_s: float) -> None:
+    report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": hardware, "cores": os.cpu_count(),
+              "command": " ".join(["python", "bench/false_positives.py", *sys.argv[1:]]),
+              "load_processes": args.load, "gpu_load": args.gpu_load, "elapsed_s": round(elapsed_s, 1),
+              "summary": _summary(rows), "attempts": rows}
+    tmp = args.out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=2))
+    tmp.replace(args.out)
+
+
+def _summary(rows: list[dict]) -> dict:
+    statuses = Counter(r["status"] for r in rows)
+    workloads = sum(r["workloads"] for r in rows)
+    return {"attempts": len(rows), "statuses": dict(statuses), "reward_hack": statuses.get("REWARD_HACK", 0),
+            "not_passed": len(rows) - statuses.get("PASSED", 0), "workloads": workloads,
+            "retimed_workloads": sum(r["retimed_workloads"] for r in rows),
+            "charged_workloads": sum(r["charged_workloads"] for r in rows),
+            "retime_rate": round(sum(r["retimed_workloads"] for r in rows) / workloads, 4) if workloads else None,
+            "median_load_1min": sorted(r["load_1min"] for r in rows)[len(rows) // 2] if rows else None}
+
+
+def _print_table(hardware: str, args, summary: dict, rows: list[dict]) -> None:
+    per: dict[str, Counter] = {}
+    for r in rows:
+        c = per.setdefault(r["solution"], Counter())
+        c["attempts"] += 1
+        c[r["status"]] += 1
+        c["retimed"] += r["retimed_workloads"]
+    print(f"\nfalse positives on {hardware}, load {args.load} processes" + (" + GPU" if args.gpu_load else ""))
+    print(f"{'solution':52} {'runs':>5} {'PASSED':>7} {'HACK':>5} {'other':>6} {'retimed':>8}")
+    for name, c in per.items():
+        other = c["attempts"] - c["PASSED"] - c["REWARD_HACK"]
+        print(f"{name[:52]:52} {c['attempts']:>5} {c['PASSED']:>7} {c['REWARD_HACK']:>5} {other:>6} {c['retimed']:>8}")
+    print(f"{'total':52} {summary['attempts']:>5} {summary['statuses'].get('PASSED', 0):>7} "
+          f"{summary['reward_hack']:>5} {summary['not_passed'] - summary['reward_hack']:>6} "
+          f"{summary['retimed_workloads']:>8}")
+    print(f"re-time rate {summary['retime_rate']} of {summary['workloads']} workloads; "
+          f"median 1-min load {summary['median_load_1min']}")
+
+
+if __name__ == "__main__":
+    main()
