@@ -101,6 +101,7 @@ class HardwareSpec:
     torch_names: tuple[str, ...] = ()
     measured_bandwidth_gbps: float | None = None
     measured_tflops: Mapping[Precision, float] = field(default_factory=lambda: MappingProxyType({}))
+    l2_mib: float | None = None  # L2 capacity (MiB): writes up to it can still be in flight when a kernel ends
 
     def bandwidth_gbps(self, use_measured: bool = True) -> float:
         """DRAM bandwidth in GB/s (1e9 bytes per second)."""
@@ -148,8 +149,8 @@ class HardwareSpec:
 
 
 def _row(key: str, name: str, dram_gbps: float, peaks: Peaks, source: str,
-         torch_names: tuple[str, ...]) -> HardwareSpec:
-    return HardwareSpec(key, name, dram_gbps, peaks, source, torch_names)
+         torch_names: tuple[str, ...], l2_mib: float | None = None) -> HardwareSpec:
+    return HardwareSpec(key, name, dram_gbps, peaks, source, torch_names, l2_mib=l2_mib)
 
 
 H100_SXM = _row(
@@ -157,12 +158,14 @@ H100_SXM = _row(
     Peaks(fp64=67.0, fp32=67.0, tf32=494.5, bf16=989.5, fp16=989.5, fp8=1979.0),
     "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column; tensor rates printed with sparsity, halved)",
     ("h100 80gb hbm3", "h100 sxm", "h100-sxm5-80gb", "h100 sxm5"),
+    l2_mib=50.0,  # NVIDIA H100 Tensor Core GPU Architecture whitepaper: 50 MB L2 (H100 SXM5)
 )
 H200_SXM = _row(
     "h200_sxm", "H200 SXM", 4800.0,
     Peaks(fp64=67.0, fp32=67.0, tf32=494.5, bf16=989.5, fp16=989.5, fp8=1979.0),
     "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column; tensor rates printed with sparsity, halved)",
     ("h200", "h200 sxm", "h200 141gb hbm3e"),
+    l2_mib=50.0,  # the same GH100 die as the H100 SXM5
 )
 B200 = _row(
     "b200", "B200", 7700.0,

@@ -135,14 +135,21 @@ def estimate(work: WorkCount, hardware: HardwareSpec, mode: SolMode | str = SolM
 def hack_floor_ms(work: WorkCount, hardware: HardwareSpec) -> float:
     """The most permissive bound, for the reward-hack guard: matrix work at the fastest rate any
     kernel of the problem could use (fp32 at the 16-bit rate, as SOLAR argues), the larger of the
-    datasheet and measured ceilings, no vector term. A time below it cannot be real."""
+    datasheet and measured ceilings, no vector term. A time below it cannot be real.
+
+    Memory: the compulsory reads, and only the writes that cannot fit the L2. The L2 is write-back:
+    a kernel ends when its stores reach the L2, and up to the L2's capacity they go to DRAM after
+    the timer stopped (torch's add of 4M fp32 elements on an H100 took 14.2 us, 3.53 TB/s of reads
+    plus writes against a 3.35 TB/s datasheet; its reads alone, 2.4 TB/s). A part whose L2 the table
+    does not know is charged its reads only."""
     def fastest(precision: Precision) -> float:
         return max(hardware.peak_tflops(precision, False), hardware.peak_tflops(precision, True))
 
     t_matrix = sum(flops / (fastest(Precision.BF16 if p in (Precision.FP32, Precision.FP64) else p) * 1e9)
                    for p, flops in work.matrix_flops.items())
     bandwidth = max(hardware.bandwidth_gbps(False), hardware.bandwidth_gbps(True))
-    return max(t_matrix, work.bytes_moved / (bandwidth * 1e6))
+    deferred = work.write_bytes if hardware.l2_mib is None else min(work.write_bytes, int(hardware.l2_mib * 2**20))
+    return max(t_matrix, (work.bytes_moved - deferred) / (bandwidth * 1e6))
 
 
 _SOLAR_BYTES_PER_ELEMENT = {Precision.FP4: 0.5, Precision.FP8: 1.0, Precision.FP16: 2.0}
