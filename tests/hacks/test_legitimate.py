@@ -254,6 +254,18 @@ CASES = [
             result = (x * w + b).contiguous()
             ctypes.memmove(y.data_ptr(), result.data_ptr(), result.numel() * result.element_size())
         """),
+    # A library that installs its crash handlers lazily, inside an honest first call (Triton's LLVM
+    # does so for SIGHUP, SIGUSR1/2, SIGTERM, ... on its first compile: an H100 run of 2026-12-05
+    # called an honest Triton solution REWARD_HACK for it). faulthandler is such a library here: its
+    # native handlers (SIGSEGV, SIGFPE, SIGABRT, SIGBUS, SIGILL) live in the interpreter.
+    Case("a_library_installs_crash_handlers_in_the_call", OK, """
+        import faulthandler
+
+        def run(x, w, b, y):
+            if not faulthandler.is_enabled():
+                faulthandler.enable()
+            y.copy_(x * w + b)
+        """),
     Case("bfloat16_in_float32", OK, """
         def run(x, w, b, y):
             y.copy_((x.float() * w.float() + b.float()).to(y.dtype))

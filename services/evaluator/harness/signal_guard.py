@@ -209,9 +209,13 @@ class SignalWatch:
 
     def _handlers_kept(self) -> str | None:
         masks = _status_masks(self._status.read())
+        native = self._native_handlers()
+        library = self._library_handlers(native)
         for key in ("SigCgt", "SigIgn"):
             if key in self._masks and (masks.get(key, 0) ^ self._masks[key]) & ~_LIBC_OWN:
                 changed = (masks.get(key, 0) ^ self._masks[key]) & ~_LIBC_OWN
+                if key == "SigCgt" and changed & ~library == 0:
+                    continue  # every one now caught by an installed library's own handler (below)
                 what = "caught" if key == "SigCgt" else "ignored"
                 return (f"the solution changed which signals this process {what} during a call ({_names(changed)}; "
                         f"a native sigaction or signal.signal): a handler could run after the timer's end reading "
@@ -220,11 +224,34 @@ class SignalWatch:
             if self._getsignal(number) is not handler:
                 return (f"the solution installed a handler for {_signal_name(number)} during a call "
                         f"(signal.signal): it could run after the timer's end reading (no work outside the call)")
-        for number, address in self._native_handlers().items():
-            if self._native.get(number, address) != address:
+        for number, address in native.items():
+            if self._native.get(number, address) != address and not library & (1 << (number - 1)):
                 return (f"the solution replaced the native handler of {_signal_name(number)} during a call "
                         f"(sigaction): it could run after the timer's end reading (no work outside the call)")
+        if library:  # the library's handlers are the base from now on
+            self._native.update({n: a for n, a in native.items() if library & (1 << (n - 1))})
+            if "SigCgt" in self._masks:
+                self._masks["SigCgt"] = (self._masks["SigCgt"] & ~library) | (masks.get("SigCgt", 0) & library)
         return None
+
+    def _library_handlers(self, native: dict[int, int]) -> int:
+        """The signals (a SigCgt-style mask) whose native handler changed since the base to code of an
+        installed library: an executable mapping of a file under the interpreter's own folders or the
+        system's library folders, outside every folder the solution can write (its working folder,
+        the temporary folder, its home). LLVM, which Triton links, installs crash handlers for
+        SIGHUP, SIGQUIT, SIGUSR1/2, SIGTERM, SIGXCPU, SIGXFSZ and SIGSYS the first time a kernel
+        compiles, inside an honest first call. A handler in anonymous memory (a ctypes callback) or
+        in a file the solution could have written is not one; Python's own handler (signal.signal)
+        is judged by `signal.getsignal` above."""
+        changed = {n: a for n, a in native.items() if self._native.get(n, a) != a and a > 1}
+        if not changed:
+            return 0
+        spans = _library_spans()
+        mask = 0
+        for number, address in changed.items():
+            if any(low <= address < high for low, high in spans):
+                mask |= 1 << (number - 1)
+        return mask
 
     def _pending_in_status(self) -> str | None:
         masks = _status_masks(self._status.read())
@@ -255,6 +282,39 @@ class SignalWatch:
             if self._sigaction(number, None, self._action) == 0:
                 found[number] = int.from_bytes(self._action.raw[:ctypes.sizeof(ctypes.c_void_p)], "little")
         return found
+
+
+def _library_spans() -> list[tuple[int, int]]:
+    """Address ranges of executable, not writable mappings of installed libraries' files
+    (/proc/self/maps; see `SignalWatch._library_handlers`)."""
+    import sys
+    import sysconfig
+    import tempfile
+
+    roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                           *(sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib",
+                                                                                   "purelib", "platlib")),
+                                           "/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib") if p}
+    writable = {os.path.realpath(p) for p in (os.getcwd(), tempfile.gettempdir(), os.path.expanduser("~"))}
+
+    def under(path: str, folders: set[str]) -> bool:
+        return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+    spans = []
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                if len(parts) < 6 or "x" not in parts[1] or "w" in parts[1]:
+                    continue
+                path = os.path.realpath(parts[5].strip())
+                if not path.startswith("/") or not under(path, roots) or under(path, writable):
+                    continue
+                low, high = (int(x, 16) for x in parts[0].split("-"))
+                spans.append((low, high))
+    except OSError:
+        return []
+    return spans
 
 
 _TAMPERED = ("the solution closed or replaced the descriptors the guard reads this process's signal state "
