@@ -71,9 +71,10 @@ def library_seeds(device: str, max_workloads: int, only: list[str] | None) -> li
     return found
 
 
-def legitimate_cases(root: Path) -> list[Honest]:
+def legitimate_cases(root: Path, device: str) -> list[Honest]:
     """The hack suite's legitimate solutions, on the suite's own tiny problem (CPU-side tensors are
-    moved to the device by the evaluator's inputs; the cases are device-agnostic torch)."""
+    moved to the device by the evaluator's inputs; the cases are device-agnostic torch, except those
+    that hand a tensor to numpy: honest on a CPU only, left out on a GPU)."""
     from tests.evaluator.evalkit import affine_definition, affine_workloads, make_problem, make_solution
     from tests.hacks.test_legitimate import CASES
 
@@ -82,6 +83,8 @@ def legitimate_cases(root: Path) -> list[Honest]:
     for case in CASES:
         if case.problem != "affine_float32" or case.config:
             continue  # variants need the suite's own fixtures
+        if device != "cpu" and ".numpy(" in case.code:
+            continue  # numpy cannot read a GPU tensor: the case is written for a CPU
         cases.append(Honest(f"legitimate/{case.id}", problem, make_solution(case.code, **case.solution), None))
     return cases
 
@@ -158,7 +161,7 @@ def main() -> None:
             honest += library_seeds(args.device, args.max_workloads,
                                     args.problems.split(",") if args.problems else None)
         if not args.no_legitimate:
-            honest += legitimate_cases(Path(tmp) / "legit")
+            honest += legitimate_cases(Path(tmp) / "legit", args.device)
         if not honest:
             raise SystemExit("no honest solution selected")
         config = EvalConfig.from_settings(settings, args.device, LocalStore(Path(tmp) / "store"))

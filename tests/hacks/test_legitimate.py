@@ -266,6 +266,16 @@ CASES = [
                 faulthandler.enable()
             y.copy_(x * w + b)
         """),
+    # Ignoring a signal runs no code (the same LLVM sets SIGXFSZ to be ignored).
+    Case("ignores_a_signal_in_the_call", OK, """
+        import ctypes
+        import signal
+
+        def run(x, w, b, y):
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            ctypes.CDLL(None).signal(signal.SIGUSR2, ctypes.c_void_p(1))  # SIG_IGN, natively
+            y.copy_(x * w + b)
+        """),
     Case("bfloat16_in_float32", OK, """
         def run(x, w, b, y):
             y.copy_((x.float() * w.float() + b.float()).to(y.dtype))

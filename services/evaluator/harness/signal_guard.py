@@ -6,8 +6,8 @@ end reading (an interval timer, `alarm`, a POSIX timer, a signal left pending). 
 the process's state, not the Python calls that change it, so that the same calls made natively
 (`sigaction`, `setitimer`, `alarm`, `timer_create` through ctypes) are seen too:
 
-- the handlers: the kernel's caught and ignored masks (`SigCgt`, `SigIgn` in /proc/self/status:
-  a native `sigaction` shows there), Python's handlers (`signal.getsignal`), and, outside the
+- the handlers: the kernel's mask of caught signals (`SigCgt` in /proc/self/status: a native
+  `sigaction` shows there; a signal ignored or set to its default runs no code and is allowed), Python's handlers (`signal.getsignal`), and, outside the
   timed region, every signal's native handler address (libc's `sigaction` queried, nothing set);
 - the interval timers (`signal.getitimer`: ITIMER_REAL, which `alarm` also arms, ITIMER_VIRTUAL,
   ITIMER_PROF), the POSIX timers (listed in /proc/self/timers; each read with the
@@ -211,21 +211,24 @@ class SignalWatch:
         masks = _status_masks(self._status.read())
         native = self._native_handlers()
         library = self._library_handlers(native)
-        for key in ("SigCgt", "SigIgn"):
+        # Only the caught mask: a signal ignored (SIG_IGN) or left to its default runs no code; the
+        # same LLVM sets SIGXFSZ to be ignored in an honest Triton call (H100, 2026-12-05).
+        for key in ("SigCgt",):
             if key in self._masks and (masks.get(key, 0) ^ self._masks[key]) & ~_LIBC_OWN:
                 changed = (masks.get(key, 0) ^ self._masks[key]) & ~_LIBC_OWN
-                if key == "SigCgt" and changed & ~library == 0:
+                if changed & ~library == 0:
                     continue  # every one now caught by an installed library's own handler (below)
-                what = "caught" if key == "SigCgt" else "ignored"
+                what = "caught"
                 return (f"the solution changed which signals this process {what} during a call ({_names(changed)}; "
                         f"a native sigaction or signal.signal): a handler could run after the timer's end reading "
                         f"(no work outside the call)")
         for number, handler in self._handlers.items():
-            if self._getsignal(number) is not handler:
+            now = self._getsignal(number)
+            if now is not handler and callable(now):  # SIG_IGN and SIG_DFL run no code
                 return (f"the solution installed a handler for {_signal_name(number)} during a call "
                         f"(signal.signal): it could run after the timer's end reading (no work outside the call)")
         for number, address in native.items():
-            if self._native.get(number, address) != address and not library & (1 << (number - 1)):
+            if self._native.get(number, address) != address and address > 1 and not library & (1 << (number - 1)):
                 return (f"the solution replaced the native handler of {_signal_name(number)} during a call "
                         f"(sigaction): it could run after the timer's end reading (no work outside the call)")
         if library:  # the library's handlers are the base from now on
