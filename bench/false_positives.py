@@ -39,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from services.evaluator.config import EvalConfig  # noqa: E402
 from services.evaluator.evaluate import evaluate, scratch_root, warm_up  # noqa: E402
-from services.evaluator.languages import entry_for, languages_on  # noqa: E402
+from services.evaluator.languages import entry_for, runs_on  # noqa: E402
 from services.evaluator.spares import spares_for  # noqa: E402
 from shared.hardware import cpu_name  # noqa: E402
 from shared.schema import Solution, load_problem  # noqa: E402
@@ -56,15 +56,13 @@ class Honest:
 
 
 def library_seeds(device: str, max_workloads: int, only: list[str] | None) -> list[Honest]:
-    runs = {lang.value for lang in languages_on(device)
-            if entry_for(lang) is not None and entry_for(lang).unavailable() is None}
     found = []
     for path in sorted((REPO / "problems").glob("*/solutions/*_seed.json")):
         folder = path.parents[1]
         if only and folder.name not in only:
             continue
         solution = Solution.model_validate_json(path.read_text())
-        if not {getattr(lang, "value", lang) for lang in solution.spec.languages} & runs:
+        if not runs_on(solution, device) or entry_for(solution.spec.language).unavailable() is not None:
             continue
         found.append(Honest(f"{folder.name}/{path.stem}", load_problem(folder, with_seeds=False), solution,
                             max_workloads))

@@ -338,7 +338,6 @@ def test_hack_floor_is_below_every_estimate():
     assert floor < estimate(work, calibrated).t_sol_ms
 
 
-
 def test_hack_floor_leaves_out_the_writes_a_write_back_l2_can_hold():
     """Measured on an H100 (docs/results/2026-12-05-fidelity-h100.log): torch's add of 4M fp32
     elements took 14.24 us, faster than its 48 MiB of reads and writes at the datasheet's 3.35 TB/s
@@ -356,6 +355,7 @@ def test_hack_floor_leaves_out_the_writes_a_write_back_l2_can_hold():
     assert hack_floor_ms(big, h100) == pytest.approx((3 * 4 * (1 << 26) - 50 * 2**20) / 3350e6)
     unknown_l2 = HardwareSpec("no_l2", "No L2 figure", 3350.0, GPU.peaks, "test")
     assert hack_floor_ms(big, unknown_l2) == pytest.approx(2 * 4 * (1 << 26) / 3350e6)
+
 
 # --- score ---------------------------------------------------------------------------------------
 

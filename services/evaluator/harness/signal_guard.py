@@ -7,8 +7,8 @@ the process's state, not the Python calls that change it, so that the same calls
 (`sigaction`, `setitimer`, `alarm`, `timer_create` through ctypes) are seen too:
 
 - the handlers: the kernel's mask of caught signals (`SigCgt` in /proc/self/status: a native
-  `sigaction` shows there; a signal ignored or set to its default runs no code and is allowed), Python's handlers (`signal.getsignal`), and, outside the
-  timed region, every signal's native handler address (libc's `sigaction` queried, nothing set);
+  `sigaction` shows there; a signal ignored or set to its default runs no code and is allowed),
+  Python's handlers (`signal.getsignal`), and, outside the timed region, every signal's native handler address (libc's `sigaction` queried, nothing set);
 - the interval timers (`signal.getitimer`: ITIMER_REAL, which `alarm` also arms, ITIMER_VIRTUAL,
   ITIMER_PROF), the POSIX timers (listed in /proc/self/timers; each read with the
   `timer_gettime` system call), the CPU-time limit (`RLIMIT_CPU`, whose SIGXCPU is a timer too),
@@ -212,14 +212,12 @@ class SignalWatch:
         native = self._native_handlers()
         library = self._library_handlers(native)
         # Only the caught mask: a signal ignored (SIG_IGN) or left to its default runs no code; the
-        # same LLVM sets SIGXFSZ to be ignored in an honest Triton call (H100, 2026-12-05).
-        for key in ("SigCgt",):
-            if key in self._masks and (masks.get(key, 0) ^ self._masks[key]) & ~_LIBC_OWN:
-                changed = (masks.get(key, 0) ^ self._masks[key]) & ~_LIBC_OWN
-                if changed & ~library == 0:
-                    continue  # every one now caught by an installed library's own handler (below)
-                what = "caught"
-                return (f"the solution changed which signals this process {what} during a call ({_names(changed)}; "
+        # same LLVM sets SIGXFSZ to be ignored in an honest Triton call (H100, 2026-12-05). Signals
+        # now caught by an installed library's own handler (`library`) are allowed.
+        if "SigCgt" in self._masks:
+            changed = (masks.get("SigCgt", 0) ^ self._masks["SigCgt"]) & ~_LIBC_OWN & ~library
+            if changed:
+                return (f"the solution changed which signals this process caught during a call ({_names(changed)}; "
                         f"a native sigaction or signal.signal): a handler could run after the timer's end reading "
                         f"(no work outside the call)")
         for number, handler in self._handlers.items():
