@@ -186,11 +186,13 @@ def main() -> None:
                          + (f" --replay {args.replay}" if args.replay else ""), "rows": rows}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"turnaround on {hardware}")
-    print(f"{'case':26} {'status':8} {'wall s':>7} {'build':>6} {'ref':>6} {'cand':>6} {'check':>6} clock")
+    print(f"{'case':26} {'status':8} {'wall s':>7} {'build':>6} {'ref':>6} {'cand':>6} {'record':>6} {'timer':>6} "
+          f"{'check':>6} clock")
     for row in rows:
         ph = row["phases_s"]
         print(f"{row['case']:26} {row['status']:8} {row['wall_s']:>7.2f} {ph.get('building', 0):>6.2f} "
-              f"{ph.get('reference', 0):>6.2f} {ph.get('candidate', 0):>6.2f} {ph.get('checking', 0):>6.2f} "
+              f"{ph.get('reference', 0):>6.2f} {ph.get('candidate', 0):>6.2f} {ph.get('recording', 0):>6.2f} "
+              f"{ph.get('timer', 0):>6.2f} {ph.get('checking', 0):>6.2f} "
               f"{row['clock']}")
     first, last = rows[0]["latency_ms"], rows[-1]["latency_ms"]
     print(f"\n{'workload':10} {rows[0]['case'][:14]:>14} {rows[-1]['case'][:14]:>14}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,6 +157,7 @@ class Checker:
         child.channel.settimeout(timeout_s)
         self._reader = child.channel.makefile("rb")
         self._lost: str | None = None  # once a reply is missing or out of turn, no later one is trusted
+        self.seconds = {"check": 0.0, "more": 0.0}  # waited for its replies (diagnostics: the turnaround bench)
 
     def check(self, index: int, runs: int, outputs_dir: Path, shared: dict | None = None,
               first: int | None = None) -> Check:
@@ -163,6 +165,7 @@ class Checker:
         their files, or from the candidate's GPU memory for the sets in `shared` (`gpu_handover`).
         With `first` (a re-timed batch, `retime`): the `runs` sets from set `first` only."""
         if self._lost is None:
+            began = time.perf_counter()
             try:
                 send(self.child.channel, {"op": "check", "index": index, "runs": runs, "first": first,
                                           "outputs_dir": str(outputs_dir), "shared": shared})
@@ -170,6 +173,7 @@ class Checker:
                 reply = json.loads(line) if line else None
             except (OSError, ValueError) as error:
                 reply, line = None, str(error).encode()
+            self.seconds["check"] += time.perf_counter() - began
             if isinstance(reply, dict) and "status" in reply and reply.get("index") == index:
                 return Check.from_dict(reply)
             self._lost = repr(line[:200])
@@ -184,12 +188,14 @@ class Checker:
         None where the checker could not make them."""
         if self._lost is not None:
             return None
+        began = time.perf_counter()
         try:
             send(self.child.channel, {"op": "more", "index": index, "first": first, "count": count})
             line = self._reader.readline(MAX_SETS_REPLY)
             reply = json.loads(line) if line else None
         except (OSError, ValueError) as error:
             reply, line = None, str(error).encode()
+        self.seconds["more"] += time.perf_counter() - began
         if not isinstance(reply, dict) or reply.get("index") != index:
             self._lost = repr(line[:200])
             return None

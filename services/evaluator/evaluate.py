@@ -311,6 +311,7 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
                           hand_over, seal if clock else None, retimer if retimes else None)
     sent = [workloads[i].uuid for i in runnable]
     children.phases["candidate"] = candidate.phases
+    children.phases["checker"] = {k: round(v, 4) for k, v in checker.seconds.items()}  # the host's wait on it
     known_compile = {**(config.compile_baselines or {}), **compiled}
     say("checking")
     mode, reason = (routed.mode, routed.reason) if routed is not None else (IN_PROCESS, None)

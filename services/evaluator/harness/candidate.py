@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ def run_candidate(job: CandidateJob, definition: Definition, workload: Workload,
                   device: torch.device, state: dict) -> dict[str, Any]:
     try:
         if "entry" not in state:
+            state["setup"] = time.perf_counter()
             entry_for(job.language).preload()  # trusted imports, before the guard's snapshot
             bind_runtime(device)  # what the timer resets persisting L2 lines with, before the guard's snapshot
             if device.type == "cuda":  # the timer's CUPTI set up before the signal guard's snapshot too
@@ -50,6 +52,7 @@ def run_candidate(job: CandidateJob, definition: Definition, workload: Workload,
             # Signal handlers it installed at import are allowed (honest libraries install some);
             # a timer armed or a signal pending then is not.
             state["verdict"][0](state["verdict"][5]() or state["verdict"][1]())
+            PHASES["setup"] = round(time.perf_counter() - state["setup"], 4)  # imports, CUPTI, loading
         enforce, check, check_inputs, check_outputs, check_call, _, check_signals = state["verdict"]
         entry = state["entry"]
         if hasattr(entry, "select"):  # a `cuda` solution's launch plans replayed (timer/replay.py)
