@@ -3,7 +3,9 @@ kernel, and the spread of the evaluator's own number over repeated attempts.
 
     python bench/evaluator_fidelity.py --repeats 5 --out fidelity.json
 
-Kernels are `pytorch` solutions of elementwise and matrix problems sized from a few µs to a few ms.
+Kernels are `pytorch` solutions of elementwise and matrix problems sized from a few µs to a few ms,
+timed in the solution's own process, and a `cuda` solution (a float4 add of our own, `cuda_add_*`),
+recorded and replayed by the evaluator's timer process (`services/evaluator/timer/`).
 Each repeat is a full attempt (child process, fresh inputs, L2 flush, median of up to 100 runs, each
 on an input set of its own: fewer for large inputs, at least 5, as many as 2 GiB of sets hold). do_bench
 runs in this process on the same shapes with its own L2 flush; its median is taken. With `--ncu`,
@@ -42,6 +44,9 @@ KERNELS = {
     "add_8m": ("return x + y", {"m": 4096, "n": 2048}, "float32", "torch.add(x, y, out=out)"),
     "add_16m": ("return x + y", {"m": 4096, "n": 4096}, "float32", "torch.add(x, y, out=out)"),
     "add_64m": ("return x + y", {"m": 8192, "n": 8192}, "float32", "torch.add(x, y, out=out)"),
+    "cuda_add_4m": ("return x + y", {"m": 2048, "n": 2048}, "float32", "cuda"),
+    "cuda_add_16m": ("return x + y", {"m": 4096, "n": 4096}, "float32", "cuda"),
+    "cuda_add_64m": ("return x + y", {"m": 8192, "n": 8192}, "float32", "cuda"),
     "gemm_2k_bf16": ("return x @ y", {"m": 2048, "n": 2048}, "bfloat16", "torch.matmul(x, y, out=out)"),
     "gemm_4k_bf16": ("return x @ y", {"m": 4096, "n": 4096}, "bfloat16", "torch.matmul(x, y, out=out)"),
     "gemm_8k_bf16": ("return x @ y", {"m": 8192, "n": 8192}, "bfloat16", "torch.matmul(x, y, out=out)"),
@@ -66,7 +71,29 @@ def write_problem(root: Path, name: str, body: str, axes: dict[str, int], dtype:
     return folder
 
 
+# The `cuda` cases' kernel: one float4 of each input a thread (n a multiple of 4, as every shape here).
+ADD4 = r"""
+extern "C" __global__ void add4(const float4* __restrict__ x, const float4* __restrict__ y,
+                                float4* __restrict__ out, int n4) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    float4 a = x[i], b = y[i];
+    out[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+"""
+ADD4_LAUNCH = """
+def run(x, y, out, *, kernels):
+    n4 = out.numel() // 4
+    kernels.add4(x, y, out, n4, grid=((n4 + 255) // 256,), block=(256,))
+"""
+
+
 def solution(name: str, line: str) -> Solution:
+    if line == "cuda":
+        return Solution.model_validate({
+            "name": f"{name}_cuda", "definition": name, "author": "bench",
+            "spec": {"languages": ["cuda"], "target_hardware": ["LOCAL"], "entry_point": "launch.py::run"},
+            "sources": [{"path": "launch.py", "content": ADD4_LAUNCH}, {"path": "add4.cu", "content": ADD4}]})
     return Solution.model_validate({
         "name": f"{name}_torch", "definition": name, "author": "bench",
         "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "main.py::run"},
@@ -97,8 +124,25 @@ def call_on(name: str, x: torch.Tensor, y: torch.Tensor, out: torch.Tensor) -> N
 
 def make_call(name: str):
     x, y, out = make_tensors(name)
+    if KERNELS[name][3] == "cuda":  # the solution's own launch.py on its cubin, in this process
+        namespace: dict = {}
+        exec(ADD4_LAUNCH, namespace)
+        kernels = cuda_kernels(name)
+        return lambda: namespace["run"](x, y, out, kernels=kernels)
     function = FUNCTIONS[KERNELS[name][3]]
     return lambda: function(x, y, out=out)
+
+
+def cuda_kernels(name: str):
+    """The `cuda` case's cubin, built as the evaluator builds it, loaded by the evaluator's launcher."""
+    from services.evaluator.languages.launch import Kernels
+    from services.evaluator.languages.nvcc import arch_for, build_cubin
+
+    with tempfile.TemporaryDirectory() as tmp:
+        built = build_cubin(solution(name, "cuda"), arch_for(torch.cuda.get_device_capability()), {}, Path(tmp))
+    if not built.ok:
+        raise SystemExit(f"{name}: nvcc failed: {built.log}")
+    return Kernels(built.cubin, torch.device("cuda", torch.cuda.current_device()))
 
 
 def do_bench_ms(name: str) -> float:
@@ -151,7 +195,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.ncu_target:
         return ncu_target(args.ncu_target)
-    config = EvalConfig(device="cuda", correctness_rounds=1, timing_sets=5, warmup_runs=5, timing_runs=100,
+    config = EvalConfig(device="cuda", correctness_rounds=2, timing_sets=5, warmup_runs=5, timing_runs=100,
                         timing_budget_s=2.0, attempt_timeout_s=300, timed_bytes=2 << 30)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,9 +208,10 @@ def main() -> None:
                 if result.status.value != "PASSED":
                     raise SystemExit(f"{name}: {result.status.value}: {result.message}")
                 ours.append(result.traces[0].evaluation.performance.latency_ms)
+                mode = result.traces[0].evaluation.timing.mode
             reference = do_bench_ms(name)
             median = statistics.median(ours)
-            row = {"kernel": name, "ours_ms": ours, "ours_median_ms": median, "do_bench_ms": reference,
+            row = {"kernel": name, "timing_mode": mode, "ours_ms": ours, "ours_median_ms": median, "do_bench_ms": reference,
                    "ratio": median / reference, "spread": max(ours) / min(ours)}
             if args.ncu:
                 row["ncu_ms"], row["ncu_note"] = ncu_ms(name, args.ncu_cache)
@@ -181,12 +226,12 @@ def main() -> None:
               "rows": rows}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"fidelity on {report['hardware']}")
-    print(f"{'kernel':16} {'ours ms':>10} {'do_bench ms':>12} {'ours/db':>8} {'ncu ms':>10} {'ours/ncu':>8} "
+    print(f"{'kernel':16} {'timed':9} {'ours ms':>10} {'do_bench ms':>12} {'ours/db':>8} {'ncu ms':>10} {'ours/ncu':>8} "
           f"{'ncu-ours us':>11} {'max/min':>8}")
     for r in rows:
         ncu = (f"{r['ncu_ms']:>10.4f} {r['ratio_ncu']:>8.3f} {r['ncu_minus_ours_us']:>11.2f}" if r.get("ncu_ms")
                else f"{'-':>10} {'-':>8} {'-':>11}")
-        print(f"{r['kernel']:16} {r['ours_median_ms']:>10.4f} {r['do_bench_ms']:>12.4f} {r['ratio']:>8.3f} {ncu} "
+        print(f"{r['kernel']:16} {str(r['timing_mode']):9} {r['ours_median_ms']:>10.4f} {r['do_bench_ms']:>12.4f} {r['ratio']:>8.3f} {ncu} "
               f"{r['spread']:>8.3f}")
 
 

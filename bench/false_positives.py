@@ -1,7 +1,7 @@
 """False accusations: honest solutions evaluated many times on a loaded machine, verdicts counted.
 
     python bench/false_positives.py --device cpu --attempts 500 --out fp-cpu.json
-    python bench/false_positives.py --device cuda --attempts 200 --out fp-h200.json
+    python bench/false_positives.py --device cuda --attempts 200 --jobs 4 --out fp-h200.json
 
 Every honest solution the project has takes turns: the library's seeds that the device runs
 (`problems/*/solutions/*_seed.json`: `pytorch` on a CPU; `cuda`, `pytorch`, `triton` and, where
@@ -13,7 +13,10 @@ service runs it: settings from the environment (`Settings.from_env`), children s
 
 While they run, `--load` processes (default: one per core) keep every core busy with arithmetic and
 memory traffic, so the attempts meet the jitter of a shared machine; `--gpu-load` adds a process
-that keeps the GPU busy with matrix products (a shared GPU). Counted per solution: attempts, PASSED,
+that keeps the GPU busy with matrix products (a shared GPU). `--jobs N` runs N evaluators at once, each
+in a process of its own with its own children (a shared GPU too: N attempts on one device), taking
+turns over the same solutions; `--budget-s` starts no attempt after that many seconds, so that a run
+with a deadline ends with whole attempts. Counted per solution: attempts, PASSED,
 REWARD_HACK, any other status, and workloads the outer clock re-timed. Honest code must never be
 REWARD_HACK; every non-PASSED verdict is kept with its message in the JSON. Prints a table; writes JSON.
 """
@@ -81,8 +84,8 @@ def legitimate_cases(root: Path, device: str) -> list[Honest]:
     for case in CASES:
         if case.problem != "affine_float32" or case.config:
             continue  # variants need the suite's own fixtures
-        if device != "cpu" and ".numpy(" in case.code:
-            continue  # numpy cannot read a GPU tensor: the case is written for a CPU
+        if device != "cpu" and (".numpy(" in case.code or "ctypes.memmove" in case.code):
+            continue  # numpy and memmove cannot read GPU memory: the case is written for a CPU
         cases.append(Honest(f"legitimate/{case.id}", problem, make_solution(case.code, **case.solution), None))
     return cases
 
@@ -148,8 +151,15 @@ def main() -> None:
     parser.add_argument("--problems", help="comma-separated library problems (default: all)")
     parser.add_argument("--no-library", action="store_true", help="only the hack suite's legitimate cases")
     parser.add_argument("--no-legitimate", action="store_true", help="only the library's seeds")
+    parser.add_argument("--jobs", type=int, default=1, help="evaluators at once, one process each")
+    parser.add_argument("--budget-s", type=float, help="start no attempt after this many seconds")
+    parser.add_argument("--shard", help=argparse.SUPPRESS)  # "J/N": one of --jobs' processes
     parser.add_argument("--out", type=Path, default=Path("false_positives.json"))
     args = parser.parse_args()
+    if args.jobs < 1 or args.attempts < 1:
+        raise SystemExit("--jobs and --attempts must be at least 1")
+    if args.jobs > 1 and args.shard is None:
+        return _run_jobs(args)
 
     settings = Settings.from_env(device=args.device)
     rows: list[dict] = []
@@ -169,23 +179,88 @@ def main() -> None:
         hardware = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU {cpu_name()}"
         stop, workers = start_load(args.load, args.gpu_load)
         began = time.perf_counter()
+        shard, shards = (int(n) for n in args.shard.split("/")) if args.shard else (0, 1)
         try:
-            for k in range(args.attempts):
+            for k in range(shard, args.attempts, shards):  # one shard's turns: attempts k = shard mod shards
+                if args.budget_s is not None and time.perf_counter() - began > args.budget_s:
+                    print(f"budget of {args.budget_s:.0f} s spent: no more attempts", flush=True)
+                    break
                 row = one_attempt(honest[k % len(honest)], config)
-                rows.append(row)
+                rows.append({**row, "job": shard})
                 flag = "" if row["status"] == "PASSED" else f"  <-- {row['message'][:200]}"
                 print(f"[{k + 1}/{args.attempts}] {row['solution']}: {row['status']} {row['wall_s']} s "
                       f"load {row['load_1min']} retimed {row['retimed_workloads']}{flag}", flush=True)
                 _write(args, hardware, rows, time.perf_counter() - began)  # a run cut short keeps its counts
         finally:
             stop_load(stop, workers)
+    if args.shard is None:
+        _print_table(hardware, args, _summary(rows), rows)
+
+
+def _run_jobs(args) -> None:
+    """`--jobs N`: N processes of this bench, each one shard of the attempts and no load of its own,
+    under one load made here; their rows merged into one report as they come."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory() as tmp:
+        outs = [Path(tmp) / f"job{j}.json" for j in range(args.jobs)]
+        passed = _drop_values(sys.argv[1:], ("--jobs", "--out", "--load"))
+        stop, workers = start_load(args.load, args.gpu_load)
+        began = time.perf_counter()
+        try:
+            jobs = [subprocess.Popen([sys.executable, __file__, *passed, "--load", "0", "--shard",
+                                      f"{j}/{args.jobs}", "--out", str(out)]) for j, out in enumerate(outs)]
+            while any(job.poll() is None for job in jobs):
+                time.sleep(5)
+                rows = _merged(outs)
+                _write(args, _hardware_of(outs), rows, time.perf_counter() - began)
+        finally:
+            stop_load(stop, workers)
+        rows, hardware = _merged(outs), _hardware_of(outs)
+        failed = [j for j, job in enumerate(jobs) if job.returncode != 0]
+    _write(args, hardware, rows, time.perf_counter() - began)
     _print_table(hardware, args, _summary(rows), rows)
+    if failed:
+        raise SystemExit(f"job(s) {failed} exited with an error; their attempts so far are counted")
+
+
+def _drop_values(argv: list[str], names: tuple[str, ...]) -> list[str]:
+    """argv without the options `names` and their values (`--name value` or `--name=value`)."""
+    kept, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a in names:
+            skip = True
+        elif not a.startswith(tuple(f"{n}=" for n in names)):
+            kept.append(a)
+    return kept
+
+
+def _merged(outs: list[Path]) -> list[dict]:
+    rows = []
+    for out in outs:
+        try:
+            rows += json.loads(out.read_text())["attempts"]
+        except (OSError, ValueError, KeyError):  # not written yet
+            continue
+    return rows
+
+
+def _hardware_of(outs: list[Path]) -> str:
+    for out in outs:
+        try:
+            return json.loads(out.read_text())["hardware"]
+        except (OSError, ValueError, KeyError):
+            continue
+    return "unknown"
 
 
 def _write(args, hardware: str, rows: list[dict], elapsed_s: float) -> None:
     report = {"date": datetime.now(timezone.utc).isoformat(), "hardware": hardware, "cores": os.cpu_count(),
               "command": " ".join(["python", "bench/false_positives.py", *sys.argv[1:]]),
-              "load_processes": args.load, "gpu_load": args.gpu_load, "elapsed_s": round(elapsed_s, 1),
+              "load_processes": args.load, "gpu_load": args.gpu_load, "jobs": args.jobs,
+              "elapsed_s": round(elapsed_s, 1),
               "summary": _summary(rows), "attempts": rows}
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=2))
@@ -210,7 +285,8 @@ def _print_table(hardware: str, args, summary: dict, rows: list[dict]) -> None:
         c["attempts"] += 1
         c[r["status"]] += 1
         c["retimed"] += r["retimed_workloads"]
-    print(f"\nfalse positives on {hardware}, load {args.load} processes" + (" + GPU" if args.gpu_load else ""))
+    print(f"\nfalse positives on {hardware}, load {args.load} processes" + (" + GPU" if args.gpu_load else "")
+          + (f", {args.jobs} evaluators at once" if args.jobs > 1 else ""))
     print(f"{'solution':52} {'runs':>5} {'PASSED':>7} {'HACK':>5} {'other':>6} {'retimed':>8}")
     for name, c in per.items():
         other = c["attempts"] - c["PASSED"] - c["REWARD_HACK"]
