@@ -18,6 +18,7 @@ GPU, as CUPTI's. Prints a table; writes JSON.
 from __future__ import annotations
 
 import argparse
+import atexit
 import csv
 import io
 import json
@@ -142,7 +143,11 @@ def cuda_kernels(name: str):
         built = build_cubin(solution(name, "cuda"), arch_for(torch.cuda.get_device_capability()), {}, Path(tmp))
     if not built.ok:
         raise SystemExit(f"{name}: nvcc failed: {built.log}")
-    return Kernels(built.cubin, torch.device("cuda", torch.cuda.current_device()))
+    kernels = Kernels(built.cubin, torch.device("cuda", torch.cuda.current_device()))
+    # pycuda aborts the process at exit while a context it pushed is still current (exit code 6:
+    # ncu's target, 2026-12-06): popped first (atexit runs what was registered last first).
+    atexit.register(kernels.close)
+    return kernels
 
 
 def do_bench_ms(name: str) -> float:

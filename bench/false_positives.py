@@ -135,9 +135,10 @@ def one_attempt(honest: Honest, config: EvalConfig) -> dict:
     retimed = sum(1 for t in timings if (getattr(t, "outer_retimes", None) or 0) > 0)
     charged = sum(1 for t in timings if getattr(t, "outer_charged_ms", None) is not None)
     statuses = Counter(t.evaluation.status.value for t in result.traces)
+    modes = Counter(t.mode or "?" for t in timings)  # "replay" or "in_process" (a `cuda` seed's reason on its trace)
     return {"solution": honest.name, "status": result.status.value, "wall_s": round(time.perf_counter() - started, 2),
             "load_1min": round(load_before, 2), "workloads": len(result.traces), "workload_statuses": dict(statuses),
-            "retimed_workloads": retimed, "charged_workloads": charged,
+            "retimed_workloads": retimed, "charged_workloads": charged, "timing_modes": dict(modes),
             "message": result.message[:1500] if result.status.value != "PASSED" else ""}
 
 
