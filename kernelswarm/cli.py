@@ -13,7 +13,7 @@ from rich.table import Table
 
 from shared.errors import KernelSwarmError
 from shared.logs import configure_logging
-from shared.schema import load_problem, load_solution
+from shared.schema import load_problem, load_solution, oversized
 from shared.schema.problem import find_problems
 from shared.settings import Settings
 
@@ -163,6 +163,7 @@ def cmd_problems_list(args: argparse.Namespace) -> int:
 
 def cmd_problems_validate(args: argparse.Namespace) -> int:
     folders, failures = [], 0
+    max_bytes = Settings.from_env().max_workload_bytes
     for path in args.paths:
         if path.is_dir() and not (path / "definition.json").exists() and not any(path.rglob("definition.json")):
             err.print(f"[red]FAIL[/red] {path}: no definition.json", highlight=False)
@@ -175,6 +176,11 @@ def cmd_problems_validate(args: argparse.Namespace) -> int:
         except KernelSwarmError as error:
             failures += 1
             err.print(f"[red]FAIL[/red] {folder}\n{error}", highlight=False)
+            continue
+        too_large = oversized(problem, max_bytes)
+        if too_large:
+            failures += 1
+            err.print(f"[red]FAIL[/red] {folder}\n" + "\n".join(too_large), highlight=False)
             continue
         err.print(f"[green]ok[/green]   {problem.name}: {len(problem.workloads)} workloads, "
                   f"{len(problem.seeds)} seed solutions", highlight=False)

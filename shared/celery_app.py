@@ -41,7 +41,7 @@ def send_evaluate(app: Celery, attempt_id: str, device: str) -> None:
 
 def make_celery(settings: Settings, name: str = "kernelswarm") -> Celery:
     app = Celery(name, broker=settings.broker_url)
-    hard_limit_s = settings.attempt_timeout_s * 2 + 60
+    hard_limit_s = settings.attempt_timeout_s + max(settings.attempt_timeout_s, settings.reference_timeout_s) + 60
     app.conf.update(
         task_queues=[Queue(PLAN_QUEUE), Queue(WRITE_QUEUE), Queue(EVALUATE_QUEUE)],
         task_routes=ROUTES,

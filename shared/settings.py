@@ -38,7 +38,11 @@ class Settings(BaseModel):
     timing_runs: int = 20
     timing_budget_s: float = 1.0
     attempt_timeout_s: float = 300.0
-    workload_timeout_s: float = 120.0  # the candidate is killed when one workload makes no progress this long
+    workload_timeout_s: float = 120.0  # a child (candidate or reference) is killed when one workload makes no progress this long
+    # A workload whose tensors (one input set and its outputs) take more bytes than this is refused by
+    # `problems validate`, the submit form and the API (16 GiB: SOL-ExecBench's largest sample takes 9.4).
+    max_workload_bytes: int = 16 << 30
+    reference_timeout_s: float = 240.0  # the reference's child is killed after this long (its torch.compile baseline included)
     scratch_dir: Path | None = None
     fork_server: bool = True  # fork children from a process with torch imported; false: a new interpreter each
     outer_clock_retimes: int = 3  # a timed batch over the outer clock's allowance is timed again at most this often

@@ -103,8 +103,10 @@ def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild],
                                  "checker_fd": child.channel_fd if checks else None})
     job_path = home / "job.json"
     job_path.write_text(job.model_dump_json())  # read by the child only once its stdin gives the path
-    timeout_s = config.attempt_timeout_s if untrusted else max(config.attempt_timeout_s, config.reference_timeout_s)
-    stall_s = config.workload_timeout_s if untrusted else None
+    # The reference has its own limit (a setting, its torch.compile baseline included); both roles
+    # are stopped when one workload makes no progress for `workload_timeout_s`.
+    timeout_s = config.attempt_timeout_s if untrusted else config.reference_timeout_s
+    stall_s = config.workload_timeout_s
     if clock is not None:
         clock.start()
     checker = None

@@ -30,7 +30,7 @@ class EvalConfig:
     hardware: HardwareSpec | None = None  # SOL ceilings; default: the row of the CUDA device, none on a CPU
     measure_compile: bool = False  # time torch.compile on the reference too (T_b), when not cached
     compile_baselines: dict[str, float | None] | None = None  # cached torch.compile times (None: fails)
-    reference_timeout_s: float = 900.0  # the trusted reference child's limit (torch.compile included)
+    reference_timeout_s: float = 240.0  # the reference child's limit, torch.compile included (KERNELSWARM_REFERENCE_TIMEOUT_S)
     workload_timeout_s: float | None = 120.0  # the candidate killed when one workload takes longer
     spares: Spares | None = None  # children started ahead (the evaluator service); None: start on demand
     fork_server: bool = True  # children forked from a warm fork server (`isolation.start_child`)
@@ -71,4 +71,5 @@ class EvalConfig:
                    settings.warmup_runs, max(3, settings.timing_runs), settings.timing_budget_s,
                    settings.attempt_timeout_s, settings.scratch_dir, build_cache,
                    workload_timeout_s=settings.workload_timeout_s, fork_server=settings.fork_server,
+                   reference_timeout_s=settings.reference_timeout_s,
                    outer_clock_retimes=max(0, settings.outer_clock_retimes))

@@ -21,7 +21,9 @@ from sqlalchemy.exc import IntegrityError
 from shared.db import CampaignProblemRow, CampaignRow, Database, ProblemRow, utcnow
 from shared.errors import FormatError, UserError
 from shared.repository import create_attempt, put_solution, upsert_problem
-from shared.schema import BuildSpec, Hardware, Language, Problem, SafetensorsInput, Solution, SourceFile, load_problem
+from shared.schema import (
+    BuildSpec, Hardware, Language, Problem, SafetensorsInput, Solution, SourceFile, load_problem, oversized,
+)
 from shared.schema.base import child_path
 from shared.store import ObjectStore
 
@@ -59,8 +61,9 @@ class Accepted:
     queued: bool  # the reference check was sent to the evaluate queue
 
 
-def validate(definition_text: str, workloads_text: str) -> Problem:
-    """The problem, or a SubmissionError naming the field of every mistake."""
+def validate(definition_text: str, workloads_text: str, max_workload_bytes: int | None = None) -> Problem:
+    """The problem, or a SubmissionError naming the field of every mistake. With `max_workload_bytes`,
+    a workload whose tensors take more is one (`schema.oversized`)."""
     texts = {DEFINITION: definition_text, WORKLOADS: workloads_text}
     errors: dict[str, list[str]] = {}
     for field, text in texts.items():
@@ -78,6 +81,9 @@ def validate(definition_text: str, workloads_text: str) -> Problem:
         except FormatError as error:
             raise SubmissionError(_by_field(str(error), root)) from None
     _check_web_rules(problem)
+    too_large = oversized(problem, max_workload_bytes) if max_workload_bytes is not None else []
+    if too_large:
+        raise SubmissionError({WORKLOADS: [f"workload.jsonl: {line}" for line in too_large]})
     _check_storable(problem)
     return dataclasses.replace(problem, root=None)
 

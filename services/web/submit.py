@@ -67,8 +67,8 @@ def api_submit() -> tuple[Response, int]:
 
 
 def _accept(texts: dict[str, str]) -> Accepted:
-    problem = validate(texts[DEFINITION], texts[WORKLOADS])
     settings = get_settings()
+    problem = validate(texts[DEFINITION], texts[WORKLOADS], settings.max_workload_bytes)
     return accept(get_db(), get_backends().store, problem, settings.device, _sender(),
                   limit_per_hour=settings.submit_limit_per_hour)
 

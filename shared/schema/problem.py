@@ -7,7 +7,7 @@ from pathlib import Path
 
 from shared.errors import FormatError
 from shared.schema.base import child_path, parse_model, read_json, read_jsonl, shown
-from shared.schema.definition import AxisVar, Definition
+from shared.schema.definition import AxisVar, Definition, DType
 from shared.schema.solution import Solution
 from shared.schema.workload import CustomInput, ScalarInput, Workload
 
@@ -84,6 +84,48 @@ def check_workload(definition: Definition, workload: Workload, source: str) -> N
         definition.resolve_axes(workload.axes)
     except ValueError as error:
         fail("$.axes", str(error))
+
+
+# Bytes a tensor element takes where the evaluator makes it (FP4 is held a byte a value, or two values
+# to a byte for the packed x2 type).
+DTYPE_BYTES = {DType.FLOAT64: 8, DType.FLOAT32: 4, DType.FLOAT16: 2, DType.BFLOAT16: 2, DType.FLOAT8_E4M3FN: 1,
+               DType.FLOAT8_E5M2: 1, DType.FLOAT4_E2M1: 1, DType.FLOAT4_E2M1FN_X2: 1, DType.INT64: 8,
+               DType.INT32: 4, DType.INT16: 2, DType.INT8: 1, DType.BOOL: 1}
+
+
+def tensor_bytes(definition: Definition, workload: Workload) -> dict[str, int]:
+    """Bytes of each input and output tensor of `workload` (its axes resolved), by name."""
+    axes = definition.resolve_axes(workload.axes)
+    sizes = {}
+    for name, spec in (*definition.inputs.items(), *definition.outputs.items()):
+        shape = definition.shape_of(spec, axes)
+        if shape is not None:
+            elements = 1
+            for extent in shape:
+                elements *= extent
+            sizes[name] = elements * DTYPE_BYTES[spec.dtype]
+    return sizes
+
+
+def oversized(problem: Problem, max_bytes: int) -> list[str]:
+    """A line for each workload whose tensors (one input set and its outputs) take more than
+    `max_bytes` together, naming the largest of them with their bytes; empty when all fit. The
+    evaluator holds several such sets at once (correctness rounds, timed sets, expected outputs),
+    so a workload over the budget would exhaust an evaluator's memory, not just be slow."""
+    lines = []
+    for number, workload in enumerate(problem.workloads, 1):
+        sizes = tensor_bytes(problem.definition, workload)
+        total = sum(sizes.values())
+        if total > max_bytes:
+            largest = sorted(sizes.items(), key=lambda item: -item[1])[:3]
+            named = ", ".join(f"`{shown(n)}` {_gib(b)}" for n, b in largest)
+            lines.append(f"workload {number} ({shown(workload.uuid)}): its tensors take {_gib(total)}, over the "
+                         f"budget of {_gib(max_bytes)} (KERNELSWARM_MAX_WORKLOAD_BYTES); largest: {named}")
+    return lines
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes:,} bytes ({nbytes / 2**30:.2f} GiB)"
 
 
 def load_solution(path: Path) -> Solution:

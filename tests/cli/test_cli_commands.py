@@ -256,3 +256,21 @@ def test_no_command_prints_help_and_exits_2() -> None:
     ran = kernelswarm()
     assert ran.code == 2
     assert "usage: kernelswarm" in ran.stdout
+
+
+def test_validate_refuses_a_workload_over_the_size_budget_naming_its_tensors(tmp_path: Path) -> None:
+    """A const axis of 2**31 (issue 25): three float32 tensors of 8 GiB each, over the 16 GiB default;
+    the same folder passes under a budget raised through the setting."""
+    huge = {**DEFINITION, "axes": {"n": {"type": "var"}, "k": {"type": "const", "value": 2**31}},
+            "inputs": {"x": {"shape": ["k"], "dtype": "float32"}, "w": {"shape": ["n"], "dtype": "float32"}},
+            "outputs": {"y": {"shape": ["k"], "dtype": "float32"}}}
+    folder = write_problem(tmp_path / "huge", huge)
+    ran = kernelswarm("problems", "validate", folder)
+    assert ran.code == 1
+    assert f"FAIL {folder}" in ran.stderr
+    text = flat(ran.stderr)
+    assert "workload 1 (scale-8): its tensors take 17,179,869,216 bytes (16.00 GiB), over the budget of " \
+           "17,179,869,184 bytes (16.00 GiB)" in text
+    assert "`x` 8,589,934,592 bytes (8.00 GiB)" in text and "`y` 8,589,934,592 bytes" in text
+    raised = kernelswarm("problems", "validate", folder, KERNELSWARM_MAX_WORKLOAD_BYTES=str(32 << 30))
+    assert raised.code == 0, raised.stderr

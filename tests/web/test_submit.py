@@ -347,3 +347,19 @@ def test_submissions_beyond_the_hourly_limit_get_429_and_store_nothing(make_clie
     with db.session() as session:
         names = set(session.scalars(select(ProblemRow.name)))
     assert {"limited_0", "limited_1"} <= names and not {"limited_2", "limited_3"} & names
+
+
+def test_a_workload_over_the_size_budget_is_refused_naming_its_tensors(make_client, redis_url):
+    """The setting's budget (issue 25): the form keeps the text and names the tensors and their bytes;
+    the API answers 400 with the same message under `workloads`."""
+    client = make_client(submit_token=TOKEN, redis_url=redis_url, max_workload_bytes=1 << 20)
+    big = texts(workloads=[{**WORKLOAD, "axes": {"n": 1 << 20}}])
+    response = submit(client, big)
+    assert response.status_code == 400
+    [message] = field_errors(response.get_data(as_text=True), "workloads")
+    assert "workload 1 (w1): its tensors take 12,582,912 bytes (0.01 GiB), over the budget of 1,048,576 bytes" \
+           in message
+    assert "`x` 4,194,304 bytes" in message and "`w` 4,194,304 bytes" in message and "`y` 4,194,304 bytes" in message
+    api = client.post("/api/problems", json=big, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert api.status_code == 400 and "over the budget" in api.get_json()["fields"]["workloads"][0]
+    assert submit(client, texts()).status_code in (200, 201, 302)  # a small one still goes in

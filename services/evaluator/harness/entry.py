@@ -40,6 +40,25 @@ def empty_outputs(definition: Definition, axes: dict[str, int], device: torch.de
     return buffers
 
 
+def off_definition(definition: Definition, axes: dict[str, int], outputs: dict[str, Any]) -> str | None:
+    """How the reference's `outputs` differ from the definition's outputs on these axes (shape and
+    dtype of each tensor output), or None. Such a reference makes every solution fail, whatever it
+    computes: the candidate's buffers and checks follow the definition. Scalar outputs are left as
+    they are."""
+    for name, spec in definition.outputs.items():
+        shape, value = definition.shape_of(spec, axes), outputs.get(name)
+        if shape is None:
+            continue
+        if not isinstance(value, torch.Tensor):
+            return f"output `{name}` is a {type(value).__name__}, the definition has a {spec.dtype.value} tensor {shape}"
+        if tuple(value.shape) != shape:
+            return f"output `{name}` has shape {tuple(value.shape)}, the definition says {shape}"
+        if value.dtype != torch_dtype(spec.dtype):
+            return (f"output `{name}` has dtype {str(value.dtype).removeprefix('torch.')}, the definition says "
+                    f"{spec.dtype.value}")
+    return None
+
+
 def as_outputs(definition: Definition, returned: Any) -> dict[str, Any]:
     names = list(definition.outputs)
     if isinstance(returned, dict):

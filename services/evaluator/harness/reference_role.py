@@ -18,7 +18,7 @@ import torch
 
 from services.evaluator.harness import tensorfile
 from services.evaluator.harness.correctness import unmatchable
-from services.evaluator.harness.entry import as_outputs, load_module
+from services.evaluator.harness.entry import as_outputs, load_module, off_definition
 from services.evaluator.harness.inputs import InputError, digest, make_inputs, regenerable
 from services.evaluator.harness.phases import PHASES, phase, timing_plan, traceback_tail
 from services.evaluator.harness.timing import synchronize, time_runs
@@ -176,6 +176,10 @@ def _reference_set(job: ReferenceJob, definition: Definition, workload: Workload
             synchronize(device)
     except Exception:
         raise _SetFailed("INVALID_REFERENCE", "the reference raised:\n" + traceback_tail()) from None
+    differs = off_definition(definition, definition.resolve_axes(workload.axes), outputs)
+    if differs:
+        raise _SetFailed("INVALID_REFERENCE", f"the reference's outputs on input set {s} do not match the "
+                                              f"definition: {differs}. No solution could pass against them.")
     problem = unmatchable(outputs, workload.effective_tolerance)
     if problem:
         raise _SetFailed("INVALID_REFERENCE", f"the reference's outputs on input set {s} cannot be matched, "
