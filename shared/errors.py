@@ -31,3 +31,9 @@ class RetryableError(KernelSwarmError):
 
 class StoreError(RetryableError):
     """The object store failed to read or write."""
+
+
+class EvaluatorFault(RetryableError):
+    """The evaluator could not judge an attempt for a fault of its own machine (a full disk, a file
+    size limit, no file descriptors left): retried later or elsewhere, never a verdict charged to
+    the solution, its writer or the problem."""

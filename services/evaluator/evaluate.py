@@ -36,13 +36,14 @@ from services.evaluator.harness.inputs import NOT_REPRODUCED
 from services.evaluator.languages.nvcc import arch_for
 from services.evaluator.outer_clock import move_timed_sets, timed_hand_over
 from services.evaluator.retime import Retimer
-from services.evaluator.protocol import CandidateJob, ReferenceJob
+from services.evaluator.protocol import EVALUATOR_FAULT, CandidateJob, ReferenceJob, is_fault
 from services.evaluator.sandbox.isolation import StartedChild, memory_limit, shared_folders, start_child
 from services.evaluator.spares import CONFINED, HOMES, OUTPUTS, SPARE_READY_S, Spare, discard
 from services.evaluator.score import below_the_host_clock, count_ahead, hardware_for, score_workload
 from services.evaluator.scratch import make_folder, sweep_folders
 from services.evaluator.timer.plan import RECORDED_SETS, cubin_kernels
 from services.evaluator.timer.route import IN_PROCESS, REPLAY, Routed, route, timer_job
+from shared.errors import EvaluatorFault
 from shared.hardware import HardwareSpec, cpu_name
 from shared.schema import (
     AttemptInfo, Correctness, Environment, Evaluation, Language, Performance, Problem, Solution, SolScore, Status,
@@ -84,7 +85,19 @@ class _Outcome:
 
 def evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workloads: int | None = None,
              attempt: AttemptInfo | None = None, progress: Callable[[str], None] | None = None) -> AttemptResult:
-    """Evaluate `solution` on the problem's workloads (the first `max_workloads` if given)."""
+    """Evaluate `solution` on the problem's workloads (the first `max_workloads` if given). A fault of
+    this machine's (its own or the reference's file I/O refused: a full disk, a file size limit, no
+    descriptors left) raises `EvaluatorFault`, retryable, instead of becoming a verdict."""
+    try:
+        return _evaluate(problem, solution, config, max_workloads, attempt, progress)
+    except OSError as error:  # the evaluator's own I/O: a full disk, a file size limit, no descriptors left
+        if is_fault(error):
+            raise EvaluatorFault(f"the evaluator's machine refused its own I/O: {error}") from error
+        raise
+
+
+def _evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_workloads: int | None,
+              attempt: AttemptInfo | None, progress: Callable[[str], None] | None) -> AttemptResult:
     say = progress or (lambda _message: None)
     workloads = list(problem.workloads[:max_workloads] if max_workloads else problem.workloads)
     children = _Children(config, timer=solution.spec.language is Language.CUDA and config.replay)
@@ -207,7 +220,13 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     children.phases["reference"] = reference.phases
     outcomes: list[_Outcome | None] = []
     runnable = []
-    for index, result in enumerate(reference.results([w.uuid for w in workloads], "the reference")):
+    results = reference.results([w.uuid for w in workloads], "the reference")
+    faults = [f"workload {w.uuid}: {r['message']}" for w, r in zip(workloads, results) if r["status"] == EVALUATOR_FAULT]
+    if faults:  # this machine's fault: no verdict, the attempt is retried later (or elsewhere)
+        if reference.checker is not None:
+            reference.checker.close()
+        raise EvaluatorFault("; ".join(faults))
+    for index, result in enumerate(results):
         if result["status"] == "OK":
             outcomes.append(None)
             runnable.append(index)

@@ -12,6 +12,7 @@ Messages on the private channel are JSON objects, one per line. The outer clock'
 
 from __future__ import annotations
 
+import errno
 import json
 import socket
 from typing import Annotated, Any, Literal
@@ -22,6 +23,16 @@ from shared.schema import Definition, Workload
 from shared.schema.base import Frozen
 
 READY_FILE = ".ready"  # written by a spare child in its home once warm; the evaluator waits for it
+
+# A workload a child could not run for a fault of the machine's, not of the code it ran: its own
+# file I/O refused (`FAULT_ERRNOS`). Never a verdict: the evaluator retries the attempt later.
+EVALUATOR_FAULT = "EVALUATOR_FAULT"
+FAULT_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EMFILE, errno.ENFILE, errno.EDQUOT})
+
+
+def is_fault(error: BaseException) -> bool:
+    """Whether `error`, raised by the evaluator's or the harness's own I/O, is the machine's fault."""
+    return isinstance(error, OSError) and error.errno in FAULT_ERRNOS
 
 # The channel's limits: the longest line each side reads.
 MAX_CHILD_LINE = 1 << 22  # the evaluator reads no longer line from a child (an `end` carries its sets' handles)

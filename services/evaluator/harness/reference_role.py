@@ -22,7 +22,7 @@ from services.evaluator.harness.entry import as_outputs, load_module, off_defini
 from services.evaluator.harness.inputs import InputError, digest, make_inputs, regenerable
 from services.evaluator.harness.phases import PHASES, phase, timing_plan, traceback_tail
 from services.evaluator.harness.timing import synchronize, time_runs
-from services.evaluator.protocol import ReferenceJob
+from services.evaluator.protocol import EVALUATOR_FAULT, ReferenceJob, is_fault
 from shared.schema import Definition, Workload
 
 
@@ -165,8 +165,13 @@ def _reference_set(job: ReferenceJob, definition: Definition, workload: Workload
         raise _SetFailed("INVALID_REFERENCE", "making inputs failed:\n" + traceback_tail()) from None
     if sets is None:  # a timed set's file hidden until the outer clock's `go`, where the clock is on
         folder = job.timed_dir if s >= job.correctness_rounds else None
-        with phase("save"):
-            tensorfile.save(inputs, Path(folder or job.inputs_dir) / f"w{index}_s{s}.st")
+        try:
+            with phase("save"):
+                tensorfile.save(inputs, Path(folder or job.inputs_dir) / f"w{index}_s{s}.st")
+        except OSError as error:
+            if is_fault(error):  # a full disk or a file size limit: the machine's, not the problem's
+                raise _SetFailed(EVALUATOR_FAULT, f"saving input set {s} failed: {error}") from None
+            raise
     else:
         with phase("digest"):  # before the reference runs, as the file was saved before it
             sets.append((seed, digest(inputs)))
