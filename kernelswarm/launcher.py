@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import redis
 from rich.console import Console
@@ -20,9 +23,15 @@ from shared.errors import UserError
 from shared.process import die_with_parent
 from shared.settings import PREFIX, Settings
 
+if TYPE_CHECKING:
+    from services.web.status_data import SupervisedProcess
+
 GRACE_S = 30.0
-MAX_RESTARTS = 5  # a service that exits this often within RESTART_WINDOW_S is left dead (and `up` stops)
+MAX_RESTARTS = 5  # a process that exits this often within RESTART_WINDOW_S is left dead (and `up` stops)
 RESTART_WINDOW_S = 600.0
+RESTART_BACKOFF_S = 1.0  # the wait before each restart within the window: 0, 1, 2, 4, 8 s
+RESTART_BACKOFF_MAX_S = 30.0
+REDIS = "redis"  # the supervised name of the private redis-server
 
 
 def free_port() -> int:
@@ -42,7 +51,8 @@ def port_is_free(port: int) -> bool:
 
 
 class RedisServer:
-    """A private redis-server on a free loopback port, gone when stopped."""
+    """A private redis-server on a free loopback port, gone when stopped. Its output goes to
+    `redis.log` in its folder."""
 
     def __init__(self, workdir: Path) -> None:
         self.binary = shutil.which("redis-server")
@@ -51,16 +61,24 @@ class RedisServer:
                             "or run `make run`) or set KERNELSWARM_REDIS_URL")
         workdir.mkdir(parents=True, exist_ok=True)
         self.workdir = workdir
+        self.log_path = workdir / "redis.log"
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._start()
 
+    def _spawn(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", str(self.workdir)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent())
+
     def _start(self) -> None:
-        self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            preexec_fn=die_with_parent())
-        self._wait()
+        self._spawn()
+        problem = self.wait_ready()
+        if problem is not None:
+            self.stop()
+            raise UserError(problem)
 
     def restart(self) -> None:
         """Killed outright and started again on the same port: a new instance, every queue empty
@@ -69,23 +87,41 @@ class RedisServer:
         self.process.wait()
         self._start()
 
-    def _wait(self, timeout_s: float = 10.0) -> None:
+    def start_again(self) -> None:
+        """After it exited: started on the same port (clients reconnect to the same URL), waited
+        for but never raising; one that exits again is seen by its supervisor as another exit."""
+        self._spawn()
+        self.wait_ready()
+
+    def wait_ready(self, timeout_s: float = 10.0) -> str | None:
+        """None once it answers a ping; otherwise why it does not."""
         client = redis.Redis.from_url(self.url)
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise UserError(f"redis-server exited with code {self.process.returncode}")
-            try:
-                client.ping()
-                client.close()
-                return
-            except redis.ConnectionError:
-                time.sleep(0.05)
-        self.stop()
-        raise UserError(f"redis-server did not answer on port {self.port} within {timeout_s:.0f} s")
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    return f"redis-server {describe_exit(self.process.returncode)} (see {self.log_path})"
+                try:
+                    client.ping()
+                    return None
+                except redis.ConnectionError:
+                    time.sleep(0.05)
+        finally:
+            client.close()
+        return f"redis-server did not answer on port {self.port} within {timeout_s:.0f} s"
 
     def stop(self) -> None:
         stop_process(self.process, 5)
+
+
+def describe_exit(returncode: int) -> str:
+    """`exited with code 3`, or `was killed by SIGKILL` (Popen's negative return code)."""
+    if returncode >= 0:
+        return f"exited with code {returncode}"
+    try:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"was killed by signal {-returncode}"
 
 
 def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
@@ -109,19 +145,51 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+@dataclass(frozen=True)
+class Exit:
+    """A supervised process that ended and was reaped: started again after `restart_in_s` (the
+    `restart`-th time within RESTART_WINDOW_S), or given up when `restart_in_s` is None."""
+
+    name: str
+    pid: int
+    returncode: int
+    restart_in_s: float | None
+    restart: int
+
+    def describe(self) -> str:
+        what = f"{self.name} (pid {self.pid}) {describe_exit(self.returncode)}"
+        if self.restart_in_s is None:
+            return (f"{what}, after {MAX_RESTARTS} restarts within {RESTART_WINDOW_S / 60:.0f} min: "
+                    "not starting it again")
+        when = "now" if self.restart_in_s == 0 else f"in {self.restart_in_s:g} s"
+        return (f"{what}; starting it again {when}, restart {self.restart} of {MAX_RESTARTS} within "
+                f"{RESTART_WINDOW_S / 60:.0f} min")
+
+
 @dataclass
 class Services:
-    """The Celery workers of one local swarm, each a process with its own log file."""
+    """The processes of one local swarm, supervised: the Celery workers, each with its own log file,
+    and the private redis-server when `redis` is given. As compose's `restart: unless-stopped`, a
+    process that exits is reaped and started again (Redis on the same port), after a backoff that
+    doubles from `backoff_s`; one that exits after `MAX_RESTARTS` restarts within `RESTART_WINDOW_S`
+    is given up (a crash loop)."""
 
     settings: Settings
     log_dir: Path
+    redis: RedisServer | None = None
+    backoff_s: float = RESTART_BACKOFF_S
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
-    dead_unexpectedly: list[str] = field(default_factory=list)
-
-    restarts: dict[str, list[float]] = field(default_factory=dict)  # name -> monotonic times of restarts
+    restarts: dict[str, list[float]] = field(default_factory=dict)  # name -> monotonic times of recent restarts
+    restart_counts: dict[str, int] = field(default_factory=dict)  # name -> restarts since start
+    last_exits: dict[str, str] = field(default_factory=dict)  # name -> how it last ended
+    due: dict[str, float] = field(default_factory=dict)  # name -> monotonic time its restart is due
+    given_up: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # for `states`, read by the web's thread
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        if self.redis is not None:
+            self.processes[REDIS] = self.redis.process
         for name in self._commands():
             self._start(name)
 
@@ -134,6 +202,10 @@ class Services:
         }
 
     def _start(self, name: str) -> None:
+        if name == REDIS:
+            self.redis.start_again()
+            self.processes[name] = self.redis.process
+            return
         module, *options = self._commands()[name]
         with open(self.log_dir / f"{name}.log", "ab") as log:
             self.processes[name] = subprocess.Popen(
@@ -142,31 +214,58 @@ class Services:
                 env=settings_env(self.settings), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, preexec_fn=die_with_parent())  # a launcher killed outright takes them along
 
+    def log_of(self, name: str) -> Path:
+        return self.redis.log_path if name == REDIS and self.redis is not None else self.log_dir / f"{name}.log"
+
     def dead(self) -> list[str]:
         return [name for name, p in self.processes.items() if p.poll() is not None]
 
-    def restart_dead(self) -> tuple[list[str], list[str]]:
-        """As compose's `restart: unless-stopped`: start again each service that exited, unless it
-        already did so `MAX_RESTARTS` times within `RESTART_WINDOW_S` (a crash loop). Returns
-        (restarted, given up)."""
-        restarted, given_up = [], []
+    def supervise(self) -> list[Exit]:
+        """One pass: reap every process that exited since the last pass and plan its restart (or
+        give it up), then start again those whose backoff is over. Returns the exits it saw."""
         now = time.monotonic()
-        for name in self.dead():
-            recent = [t for t in self.restarts.get(name, []) if now - t < RESTART_WINDOW_S]
-            if len(recent) >= MAX_RESTARTS:
-                given_up.append(name)
-                continue
-            self.restarts[name] = [*recent, now]
-            self._start(name)
-            restarted.append(name)
-        return restarted, given_up
+        exits = [self._exited(name, process, now) for name, process in list(self.processes.items())
+                 if name not in self.due and name not in self.given_up and process.poll() is not None]
+        for name, due_at in list(self.due.items()):
+            if due_at <= now:
+                del self.due[name]
+                self.restarts[name].append(now)
+                self._start(name)
+                with self.lock:
+                    self.restart_counts[name] = self.restart_counts.get(name, 0) + 1
+        return exits
+
+    def _exited(self, name: str, process: subprocess.Popen, now: float) -> Exit:
+        recent = [t for t in self.restarts.get(name, []) if now - t < RESTART_WINDOW_S]
+        self.restarts[name] = recent
+        with self.lock:
+            self.last_exits[name] = describe_exit(process.returncode)
+        if len(recent) >= MAX_RESTARTS:
+            self.given_up.append(name)
+            return Exit(name, process.pid, process.returncode, None, len(recent))
+        delay = 0.0 if not recent else min(self.backoff_s * 2 ** (len(recent) - 1), RESTART_BACKOFF_MAX_S)
+        self.due[name] = now + delay
+        return Exit(name, process.pid, process.returncode, delay, len(recent) + 1)
+
+    def states(self) -> list[SupervisedProcess]:
+        """What /status shows of each process: its pid (None while it waits to be started again),
+        its restarts since `up` started and how it last ended."""
+        from services.web.status_data import SupervisedProcess
+
+        with self.lock:
+            return [SupervisedProcess(name=name, pid=None if name in self.due or name in self.given_up else p.pid,
+                                      restarts=self.restart_counts.get(name, 0), last_exit=self.last_exits.get(name))
+                    for name, p in self.processes.items()]
 
     def stop(self) -> None:
-        for process in self.processes.values():
+        """Stop the Celery workers (SIGTERM, then SIGKILL after 15 s); Redis is left to its owner,
+        which stops it after the web."""
+        workers = [p for name, p in self.processes.items() if name != REDIS]
+        for process in workers:
             if process.poll() is None:
                 process.terminate()
         deadline = time.monotonic() + 15
-        for process in self.processes.values():
+        for process in workers:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -175,13 +274,18 @@ class Services:
 
 
 class WebServer:
-    """The Flask app served by werkzeug in a thread of the launcher (no versions in its `Server` header)."""
+    """The Flask app served by werkzeug in a thread of the launcher (no versions in its `Server` header);
+    its /status shows `processes`, when given (the launcher's supervised processes)."""
 
-    def __init__(self, settings: Settings, port: int) -> None:
-        from services.web import create_app
+    def __init__(self, settings: Settings, port: int,
+                 processes: Callable[[], list[SupervisedProcess]] | None = None) -> None:
+        from services.web import create_app, status
         from services.web.serving import make_server
 
-        self.server = make_server("127.0.0.1", port, create_app(settings))
+        app = create_app(settings)
+        if processes is not None:
+            status.show_processes(app, processes)
+        self.server = make_server("127.0.0.1", port, app)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 

@@ -7,15 +7,13 @@ import time
 from datetime import datetime
 
 from rich.console import Console
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 
-from kernelswarm.launcher import (
-    GRACE_S, MAX_RESTARTS, RESTART_WINDOW_S, RedisServer, Services, WebServer, port_is_free,
-)
+from kernelswarm.launcher import GRACE_S, Exit, RedisServer, Services, WebServer, port_is_free
 from services.planner.campaign import create_campaign, stop_campaign
 from services.web.tokens import check_submit_token
 from shared.celery_app import PLAN_TICK, make_celery
-from shared.db import AttemptRow, Database
+from shared.db import AttemptRow, Database, utcnow
 from shared.errors import UserError
 from shared.leaderboard import leaderboard, render_table
 from shared.repository import IN_FLIGHT, upsert_problem
@@ -52,13 +50,14 @@ def run_up(settings: Settings, duration_s: float | None) -> int:
     name = f"local {datetime.now():%Y-%m-%d %H:%M}"
     campaign_id = create_campaign(db, name, problem_ids, settings.device, settings.writers,
                                   settings.attempts_per_assignment)
-    services = Services(settings, settings.home / "logs")
+    services = Services(settings, settings.home / "logs", redis=redis_server)
+    started_at = utcnow()
     web = None
     stopping = {"signal": False}
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.update(signal=True))
     try:
         services.start()
-        web = WebServer(settings, settings.web_port)
+        web = WebServer(settings, settings.web_port, services.states)
         out.print(f"[bold]KernelSwarm[/bold] campaign {campaign_id} over {len(problems)} problems on "
                   f"{settings.device}; web at http://127.0.0.1:{settings.web_port}/ ; logs in "
                   f"{settings.home / 'logs'}; Ctrl-C stops", highlight=False)
@@ -69,19 +68,17 @@ def run_up(settings: Settings, duration_s: float | None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         stop_campaign(db, campaign_id)
-        _drain(db, campaign_id, services, out)
+        _drain(db, campaign_id, started_at, services, out)
         services.stop()
         if web is not None:
             web.stop()
         if redis_server is not None:
             redis_server.stop()
-    dead = services.dead_unexpectedly
     with db.session() as session:
         Console().print(render_table(leaderboard(session, campaign_id)))
-    if dead:
-        out.print(f"[red]services that died while running:[/red] {', '.join(dead)} "
-                  f"(see {settings.home / 'logs'})")
-        return 1
+    restarted = [f"{name} {n}" for name, n in services.restart_counts.items() if n]
+    if restarted:
+        out.print(f"restarts while running: {', '.join(restarted)}", highlight=False)
     return 0
 
 
@@ -112,19 +109,21 @@ def _watch(db: Database, campaign_id: int, services: Services, duration_s: float
         elapsed = time.monotonic() - started
         if duration_s is not None and elapsed >= duration_s:
             return
-        restarted, given_up = services.restart_dead()
-        if given_up:
-            services.dead_unexpectedly = given_up
-            raise UserError(f"{', '.join(given_up)} kept exiting ({MAX_RESTARTS} restarts in "
-                            f"{RESTART_WINDOW_S / 60:.0f} min); see {services.log_dir}")
-        for name in restarted:
-            out.print(f"[yellow]{name} exited; started it again[/yellow] (see {services.log_dir / (name + '.log')})")
+        _report_exits(services.supervise(), services, out)
         if elapsed - last_report >= PROGRESS_EVERY_S:
             last_report = elapsed
             counts = _counts(db, campaign_id)
             out.print(f"[{elapsed:5.0f} s] attempts: {counts['finished']} finished, {counts['PASSED']} passed, "
                       f"{counts['in_flight']} in flight", highlight=False)
         time.sleep(0.5)
+
+
+def _report_exits(exits: list[Exit], services: Services, out: Console) -> None:
+    """One line per process that exited; a process given up (a crash loop) stops `up` (exit code 2)."""
+    for exit_ in exits:
+        if exit_.restart_in_s is None:
+            raise UserError(f"{exit_.describe()}; stopping (log: {services.log_of(exit_.name)})")
+        out.print(f"[yellow]{exit_.describe()}[/yellow] (log: {services.log_of(exit_.name)})", highlight=False)
 
 
 def _counts(db: Database, campaign_id: int) -> dict[str, int]:
@@ -137,12 +136,21 @@ def _counts(db: Database, campaign_id: int) -> dict[str, int]:
             "in_flight": in_flight}
 
 
-def _drain(db: Database, campaign_id: int, services: Services, out: Console) -> None:
-    """Let attempts already sent finish (up to GRACE_S), so none is cut off half-way."""
+def _drain(db: Database, campaign_id: int, since: datetime, services: Services, out: Console) -> None:
+    """Let attempts already sent finish (up to GRACE_S), so none is cut off half-way: the campaign's
+    and those without a campaign recorded since `since` (a problem submitted on the web)."""
     deadline = time.monotonic() + GRACE_S
     while time.monotonic() < deadline and not services.dead():
-        in_flight = _counts(db, campaign_id)["in_flight"]
+        in_flight = _in_flight(db, campaign_id, since)
         if in_flight == 0:
             return
         out.print(f"waiting for {in_flight} attempt(s) in flight", highlight=False)
         time.sleep(2.0)
+
+
+def _in_flight(db: Database, campaign_id: int, since: datetime) -> int:
+    with db.session() as session:
+        return session.scalar(select(func.count()).select_from(AttemptRow).where(
+            AttemptRow.status.in_(IN_FLIGHT),
+            or_(AttemptRow.campaign_id == campaign_id,
+                AttemptRow.campaign_id.is_(None) & (AttemptRow.created_at >= since))))

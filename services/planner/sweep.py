@@ -5,17 +5,19 @@
   fills its slot. A writer that comes back finds it closed and stops.
 - An attempt without a verdict `attempt_deadline_s` after it was recorded is marked TIMEOUT with a
   message, not sent again: its evaluator may have died running it (a kernel that kills its worker
-  is not re-run), and its writer has long stopped waiting. A verdict that still arrives wins.
+  is not re-run), and its writer has long stopped waiting. A verdict that still arrives wins. This
+  holds for attempts without a campaign too (a problem's reference check submitted on the web).
 - A QUEUED assignment whose `write` task may be lost (the planner died between commit and send, or
   the broker lost it) is sent again: all of them at start-up, those older than `requeue_after_s`
   later. A duplicate is harmless: only one writer can claim an assignment.
 - Every RUNNING campaign gets a tick (a resumed or new campaign starts; one whose done messages
   were lost goes on).
 - At start-up, and whenever the broker is a new instance (Redis restarted without its data: every
-  queued message is gone), the PENDING attempts of running campaigns get their `evaluate` sent
-  again, and every QUEUED assignment its `write`. So do the PENDING attempts of an assignment whose
-  lease just ran out (its writer may have died between recording an attempt and sending it). A duplicate is harmless: the evaluator claims
-  an attempt before it runs it (`services/evaluator/record.py`).
+  queued message is gone), the PENDING attempts of running campaigns and those without a campaign
+  get their `evaluate` sent again, and every QUEUED assignment its `write`. So do the PENDING
+  attempts of an assignment whose lease just ran out (its writer may have died between recording an
+  attempt and sending it). A duplicate is harmless: the evaluator claims an attempt before it runs
+  it (`services/evaluator/record.py`).
 """
 
 from __future__ import annotations
@@ -74,11 +76,12 @@ def expire_leases(db: Database, now: datetime, fallback_lease_s: float) -> list[
 
 
 def time_out_attempts(db: Database, now: datetime, deadline_s: float) -> list[str]:
-    """Mark TIMEOUT the campaign attempts still in flight `deadline_s` after they were recorded."""
+    """Mark TIMEOUT the attempts, of a campaign or not, still in flight `deadline_s` after they were
+    recorded."""
     cutoff = now - timedelta(seconds=deadline_s)
     with db.session() as session:
         stale = list(session.scalars(select(AttemptRow.id).where(
-            AttemptRow.status.in_(IN_FLIGHT), AttemptRow.campaign_id.is_not(None), AttemptRow.created_at < cutoff)))
+            AttemptRow.status.in_(IN_FLIGHT), AttemptRow.created_at < cutoff)))
         if stale:
             session.execute(update(AttemptRow).where(AttemptRow.id.in_(stale), AttemptRow.status.in_(IN_FLIGHT))
                             .values(status="TIMEOUT", finished_at=now,
@@ -104,13 +107,16 @@ def resend_queued(db: Database, send_write: SendWrite, older_than: datetime | No
 
 
 def resend_pending(db: Database, send_evaluate: SendEvaluate, assignments: list[int] | None = None) -> list[str]:
-    """Send `evaluate` again for the PENDING attempts of running campaigns (of `assignments` only,
-    when given)."""
+    """Send `evaluate` again for the PENDING attempts of running campaigns and those without a
+    campaign (of `assignments` only, when given)."""
     if assignments == []:
         return []
     with db.session() as session:
-        query = (select(AttemptRow.id, AttemptRow.device).join(CampaignRow, CampaignRow.id == AttemptRow.campaign_id)
-                 .where(AttemptRow.status == "PENDING", CampaignRow.status == RUNNING).order_by(AttemptRow.created_at))
+        query = (select(AttemptRow.id, AttemptRow.device)
+                 .outerjoin(CampaignRow, CampaignRow.id == AttemptRow.campaign_id)
+                 .where(AttemptRow.status == "PENDING",
+                        or_(AttemptRow.campaign_id.is_(None), CampaignRow.status == RUNNING))
+                 .order_by(AttemptRow.created_at))
         if assignments is not None:
             query = query.where(AttemptRow.assignment_id.in_(assignments))
         pending = session.execute(query).all()

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, current_app, flash, jsonify, redirect, render_template, request, url_for
+from collections.abc import Callable
+
+from flask import Blueprint, Flask, Response, current_app, flash, jsonify, redirect, render_template, request, url_for
 
 from services.web import auth
 from services.web.backends import get_backends
 from services.web.campaigns import SendTick, control
 from services.web.db import get_db
-from services.web.status_data import StatusReport, status_report
+from services.web.status_data import StatusReport, SupervisedProcess, status_report
 from shared.celery_app import PLAN_TICK
 
 bp = Blueprint("status", __name__)
 
 REFRESH_S = 10
+PROCESSES = "kernelswarm.processes"
+
+
+def show_processes(app: Flask, processes: Callable[[], list[SupervisedProcess]]) -> None:
+    """Have /status show the processes that `processes()` describes (what `kernelswarm up` supervises)."""
+    app.extensions[PROCESSES] = processes
 
 
 @bp.get("/status")
@@ -43,8 +51,9 @@ def control_api(campaign_id: int, action: str) -> Response:
 
 def _report() -> StatusReport:
     backends = get_backends()
+    processes = current_app.extensions.get(PROCESSES)
     with get_db().session() as session:
-        return status_report(session, backends.redis, backends.celery)
+        return status_report(session, backends.redis, backends.celery, processes() if processes else None)
 
 
 def _tick_sender() -> SendTick | None:

@@ -86,9 +86,21 @@ class Throughput(BaseModel):
     in_flight: int
 
 
+class SupervisedProcess(BaseModel):
+    """A process that `kernelswarm up` started and restarts when it exits (Redis and the Celery workers)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str  # redis, planner, worker or evaluator
+    pid: int | None  # None while it waits to be started again
+    restarts: int  # since `up` started
+    last_exit: str | None  # how it last ended ("was killed by SIGKILL", "exited with code 1")
+
+
 class StatusReport(BaseModel):
     """`queues` and `workers_online` are None when they could not be asked (no Redis configured,
-    or Redis unreachable: `redis_error` says which)."""
+    or Redis unreachable: `redis_error` says which). `processes` is None unless the web is served
+    by `kernelswarm up` (which supervises them)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -100,9 +112,11 @@ class StatusReport(BaseModel):
     throughput: Throughput
     recent_errors: list[RecentError]
     campaigns: list[CampaignState]
+    processes: list[SupervisedProcess] | None = None
 
 
-def status_report(session: Session, client: redis.Redis | None, celery: Celery | None) -> StatusReport:
+def status_report(session: Session, client: redis.Redis | None, celery: Celery | None,
+                  processes: list[SupervisedProcess] | None = None) -> StatusReport:
     campaigns = _campaigns(session)
     names = [PLAN_QUEUE, WRITE_QUEUE, EVALUATE_QUEUE]
     names += sorted({evaluate_queue(c.device) for c in campaigns} - set(names))
@@ -119,7 +133,7 @@ def status_report(session: Session, client: redis.Redis | None, celery: Celery |
     return StatusReport(
         generated_at=datetime.now(timezone.utc), queues=queues, workers_online=workers, redis_error=error,
         recent_evaluators=_recent_evaluators(session), throughput=_throughput(session),
-        recent_errors=_recent_errors(session), campaigns=campaigns,
+        recent_errors=_recent_errors(session), campaigns=campaigns, processes=processes,
     )
 
 

@@ -1,42 +1,181 @@
-"""`kernelswarm up` restarts a service that exits, as compose's `restart: unless-stopped` does, and
-gives up on one that keeps exiting."""
+"""`kernelswarm up` supervises every process it starts, Redis included: one that exits is reaped,
+named on the console and started again (Redis on the same port) after a backoff, as compose's
+`restart: unless-stopped` does; one that keeps exiting stops `up` with a non-zero exit code."""
 
 from __future__ import annotations
 
+import io
+import json
+import logging
+import os
+import signal
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
-from kernelswarm import launcher
-from kernelswarm.launcher import MAX_RESTARTS, Services
+import pytest
+import redis
+from rich.console import Console
+
+from kernelswarm import up
+from kernelswarm.cli import main
+from kernelswarm.launcher import MAX_RESTARTS, REDIS, Exit, RedisServer, Services, free_port
+from shared.db import Database
 from shared.settings import Settings
 
+EXITING = "import sys; sys.exit(3)"
+WAITING = "import time; time.sleep(60)"
 
+
+@dataclass
 class QuickServices(Services):
-    """Services whose processes are tiny Python programs: `exits` ones end at once, others wait."""
+    """Services whose workers are tiny Python programs: `exits` ones end at once, others wait."""
 
-    exits: set[str] = set()
+    backoff_s: float = 0.0
+    exits: frozenset[str] = frozenset()
 
     def _start(self, name: str) -> None:
-        code = "import sys; sys.exit(3)" if name in self.exits else "import time; time.sleep(60)"
+        if name == REDIS:
+            super()._start(name)
+            return
+        code = EXITING if name in self.exits else WAITING
         self.processes[name] = subprocess.Popen([sys.executable, "-c", code])
 
 
-def test_a_dead_service_is_started_again_and_a_crash_loop_is_given_up(tmp_path, monkeypatch):
-    services = QuickServices(Settings(home=tmp_path), tmp_path / "logs")
-    services.exits = {"worker"}
+def wait_for_exits(services: Services, timeout_s: float = 10.0) -> list[Exit]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        exits = services.supervise()
+        if exits:
+            return exits
+        time.sleep(0.02)
+    raise AssertionError(f"no process exited within {timeout_s} s")
+
+
+def proc_state(pid: int) -> str | None:
+    """The state letter in /proc/PID/stat (Z for a zombie), None once no such process exists."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def wait_for_zombie(pid: int, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while proc_state(pid) != "Z":
+        assert time.monotonic() < deadline, f"process {pid} did not die"
+        time.sleep(0.01)
+
+
+def reaped(pid: int) -> bool:
+    """True once `pid` is no child of ours, dead or alive (no zombie left behind)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return proc_state(pid) != "Z"
+    return False
+
+
+@pytest.fixture
+def db(tmp_path):
+    database = Database(f"sqlite:///{tmp_path}/up.db")
+    yield database
+    database.dispose()
+
+
+def test_redis_killed_outright_is_reaped_named_and_started_again_on_its_port(tmp_path, db):
+    server = RedisServer(tmp_path / "redis")
+    services = QuickServices(Settings(home=tmp_path), tmp_path / "logs", redis=server)
+    out = io.StringIO()
     try:
         services.start()
-        services.processes["worker"].wait()
-        assert services.restart_dead() == (["worker"], [])
-        first = services.processes["worker"]
-        assert first.wait() == 3
-        for _ in range(MAX_RESTARTS - 1):
-            services.processes["worker"].wait()
-            assert services.restart_dead() == (["worker"], [])
-        services.processes["worker"].wait()
-        assert services.restart_dead() == ([], ["worker"])  # five restarts within the window: a crash loop
-        monkeypatch.setattr(launcher.time, "monotonic", lambda: 1e12)  # much later: restarts allowed again
-        assert services.restart_dead() == (["worker"], [])
-        assert services.processes["planner"].poll() is None and services.restarts.get("planner") is None
+        killed = server.process.pid
+        os.kill(killed, signal.SIGKILL)
+        wait_for_zombie(killed)  # dead, and nobody reaped it yet
+
+        up._watch(db, 1, services, 1.0, {"signal": False}, Console(file=out, width=200))
+
+        assert server.process.pid != killed and server.process.poll() is None
+        assert reaped(killed)
+        client = redis.Redis.from_url(server.url)  # the same URL: clients reconnect
+        assert client.ping()
+        client.close()
+        assert f"redis (pid {killed}) was killed by SIGKILL; starting it again now, restart 1 of 5" in out.getvalue()
+        [state] = [s for s in services.states() if s.name == REDIS]
+        assert (state.pid, state.restarts, state.last_exit) == (server.process.pid, 1, "was killed by SIGKILL")
     finally:
         services.stop()
+        server.stop()
+
+
+def test_restarts_back_off_and_a_crash_loop_is_given_up(tmp_path):
+    services = QuickServices(Settings(home=tmp_path), tmp_path / "logs", backoff_s=0.2, exits=frozenset({"worker"}))
+    try:
+        services.start()
+        first = services.processes["worker"]
+        [exit_] = wait_for_exits(services)
+        assert (exit_.name, exit_.returncode, exit_.restart_in_s, exit_.restart) == ("worker", 3, 0.0, 1)
+        assert services.processes["worker"] is not first and reaped(first.pid)  # restarted in the same pass
+
+        [exit_] = wait_for_exits(services)
+        assert (exit_.restart_in_s, exit_.restart) == (0.2, 2)  # then 0.4, 0.8 s, ...
+        waiting = services.processes["worker"]
+        assert services.supervise() == [] and services.processes["worker"] is waiting  # not yet
+        time.sleep(0.25)
+        assert services.supervise() == [] and services.processes["worker"] is not waiting
+
+        for restart in range(3, MAX_RESTARTS + 1):
+            assert wait_for_exits(services)[0].restart == restart  # started again by a later pass
+        [given_up] = wait_for_exits(services)
+        assert given_up.restart_in_s is None and "not starting it again" in given_up.describe()
+        assert services.supervise() == []  # said once
+        assert services.processes["planner"].poll() is None and services.restart_counts.get("planner") is None
+        assert services.restart_counts["worker"] == MAX_RESTARTS
+    finally:
+        services.stop()
+
+
+@dataclass
+class CrashingServices(Services):
+    """`up`'s services with one worker that exits at once, every time."""
+
+    backoff_s: float = 0.01
+
+    def _commands(self) -> dict[str, list[str]]:
+        return {"worker": []}
+
+    def _start(self, name: str) -> None:
+        if name == REDIS:
+            super()._start(name)
+            return
+        self.processes[name] = subprocess.Popen([sys.executable, "-c", EXITING])
+
+
+def test_up_stops_with_a_non_zero_exit_code_when_a_process_keeps_exiting(tmp_path, monkeypatch, capsys):
+    problem = tmp_path / "problems" / "scale"
+    problem.mkdir(parents=True)
+    (problem / "definition.json").write_text(json.dumps({
+        "name": "scale", "axes": {"n": {"type": "var"}},
+        "inputs": {"x": {"shape": ["n"], "dtype": "float32"}}, "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
+        "reference": "def run(x):\n    return x * 2\n"}))
+    (problem / "workload.jsonl").write_text(json.dumps(
+        {"uuid": "scale-8", "axes": {"n": 8}, "inputs": {"x": {"type": "random"}}}) + "\n")
+    for name, value in (("HOME", tmp_path / "home"), ("PROBLEMS_DIR", tmp_path / "problems"),
+                        ("WEB_PORT", free_port()), ("DEVICE", "cpu")):
+        monkeypatch.setenv(f"KERNELSWARM_{name}", str(value))
+    monkeypatch.setenv("COLUMNS", "400")  # one console line per message
+    monkeypatch.setattr(up, "Services", CrashingServices)
+    root = logging.getLogger()  # `up` configures logging: put it back afterwards
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+
+    started = time.monotonic()
+    assert main(["up", "--duration", "60"]) == 2
+    assert time.monotonic() - started < 20
+
+    stderr = capsys.readouterr().err
+    assert "worker (pid" in stderr and "exited with code 3; starting it again now, restart 1 of 5" in stderr
+    assert "exited with code 3; starting it again in 0.01 s, restart 2 of 5" in stderr  # then 0.02 s, ...
+    assert "exited with code 3, after 5 restarts within 10 min: not starting it again; stopping" in stderr

@@ -69,17 +69,34 @@ def test_attempts_without_a_verdict_past_the_deadline_time_out_with_a_message(db
     crashed = attempts.add(problem, campaign_id, "RUNNING", created_at=NOW - timedelta(seconds=700))
     waiting = attempts.add(problem, campaign_id, "PENDING", created_at=NOW - timedelta(seconds=599))
     finished = attempts.add(problem, campaign_id, "PASSED", speedup=1.0, created_at=NOW - timedelta(hours=1))
-    outside = attempts.add(problem, None, "PENDING", created_at=NOW - timedelta(hours=1))  # not a campaign's
 
     assert sorted(time_out_attempts(db, NOW, deadline_s=600)) == sorted([lost, crashed])
 
     with db.session() as session:
-        rows = {a: session.get(AttemptRow, a) for a in (lost, crashed, waiting, finished, outside)}
-        assert [rows[a].status for a in (lost, crashed, waiting, finished, outside)] == [
-            "TIMEOUT", "TIMEOUT", "PENDING", "PASSED", "PENDING"]
+        rows = {a: session.get(AttemptRow, a) for a in (lost, crashed, waiting, finished)}
+        assert [rows[a].status for a in (lost, crashed, waiting, finished)] == [
+            "TIMEOUT", "TIMEOUT", "PENDING", "PASSED"]
         assert "no verdict 600 s after the attempt was recorded" in rows[lost].message
         assert rows[lost].finished_at == NOW
     assert time_out_attempts(db, NOW, deadline_s=600) == []  # once
+
+
+def test_stale_attempts_without_a_campaign_time_out_as_the_others(db, problem_ids):
+    """A problem's reference check submitted on the web when no campaign ran has no campaign: a
+    lost one is finished by the sweep as a campaign's would be, not left in flight for ever."""
+    attempts = Attempts(db)
+    pending = attempts.add(problem_ids[0], None, "PENDING", created_at=NOW - timedelta(hours=1))
+    running = attempts.add(problem_ids[1], None, "RUNNING", created_at=NOW - timedelta(hours=1))
+    recent = attempts.add(problem_ids[2], None, "PENDING", created_at=NOW - timedelta(seconds=10))
+
+    report = sweep(db, WriteQueue(db), lambda c: None, PlannerConfig(attempt_deadline_s=600), now=NOW)
+
+    assert sorted(report.timed_out) == sorted([pending, running])
+    with db.session() as session:
+        rows = [session.get(AttemptRow, a) for a in (pending, running, recent)]
+        assert [r.status for r in rows] == ["TIMEOUT", "TIMEOUT", "PENDING"]
+        assert rows[0].message == sweep_module.LOST_MESSAGE.format(deadline_s=600)
+        assert rows[1].finished_at == NOW
 
 
 def test_queued_assignments_are_sent_again_all_at_start_and_old_ones_later(db):
@@ -167,6 +184,22 @@ def test_pending_attempts_are_sent_again_when_their_writer_died_or_the_broker_lo
     report = sweep(db, queue, lambda c: None, PlannerConfig(), now=NOW, send_evaluate=lambda *a: sent.append(a),
                    broker_lost=True)
     assert sorted(sent) == sorted([(orphan, "cpu"), (waiting, "cpu")])  # a new Redis: every pending one
+
+
+def test_after_a_lost_broker_pending_attempts_without_a_campaign_are_sent_again(db, queue):
+    """Those of a paused campaign wait for its resume; those without a campaign go again at once."""
+    paused = new_campaign(db)
+    pause_campaign(db, paused)
+    problem = first_problem(db, paused)
+    attempts = Attempts(db)
+    outside = attempts.add(problem, None, "PENDING", minute=100)
+    attempts.add(problem, paused, "PENDING", minute=100)
+    sent: list[tuple[str, str]] = []
+
+    report = sweep(db, queue, lambda c: None, PlannerConfig(), now=NOW, send_evaluate=lambda *a: sent.append(a),
+                   broker_lost=True)
+
+    assert sent == [(outside, "cpu")] and report.reevaluated == (outside,)
 
 
 def test_the_sweeper_notices_a_new_broker_instance(db, monkeypatch):

@@ -12,6 +12,8 @@ import pytest
 import redis
 from webseed import TOKEN
 
+from services.web import status
+from services.web.status_data import SupervisedProcess
 from shared.celery_app import PLAN_TICK
 from shared.db import CampaignRow, utcnow
 
@@ -82,6 +84,20 @@ def test_without_redis_the_status_says_so(make_client):
     assert body["queues"] is None and body["workers_online"] is None
     assert "no Redis configured" in body["redis_error"]
     assert client.get("/status").status_code == 200
+
+
+def test_the_processes_of_kernelswarm_up_and_their_restarts_are_shown_when_up_serves_the_web(make_client):
+    client = make_client()
+    assert client.get("/api/status").get_json()["processes"] is None  # not under `up`: nothing to show
+    assert 'id="processes"' not in client.get("/status").get_data(as_text=True)
+
+    processes = [SupervisedProcess(name="redis", pid=4321, restarts=1, last_exit="was killed by SIGKILL"),
+                 SupervisedProcess(name="evaluator", pid=None, restarts=0, last_exit="exited with code 1")]
+    status.show_processes(client.application, lambda: processes)
+
+    assert client.get("/api/status").get_json()["processes"] == [p.model_dump() for p in processes]
+    html = client.get("/status").get_data(as_text=True)
+    assert 'id="processes"' in html and "was killed by SIGKILL" in html and "4321" in html
 
 
 def test_pause_then_resume_sends_a_planner_tick(web, seed, db, queues):
