@@ -432,3 +432,32 @@ def test_code_in_a_scratch_folder_stays_importable_and_read_only(monkeypatch) ->
     assert outcome == 0, {1: "the library hidden", 2: "the library writable",
                           90: "no private view"}.get(outcome, outcome)
     assert not planted
+
+
+SET_LIMIT_UNDER_A_LOWER_HARD_LIMIT = r"""
+import os, resource, sys
+sys.path.insert(0, sys.argv[1])
+from services.evaluator.sandbox.confine import set_limit
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 512), 512))  # the evaluator's own, lower hard limit
+if os.geteuid() == 0:
+    os.setgid(65534)
+    os.setuid(65534)  # not root: the hard limit cannot be raised again
+try:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
+    print("raised", flush=True)
+except ValueError:
+    print("refused", flush=True)
+set_limit(resource.RLIMIT_NOFILE, 4096)
+print(resource.getrlimit(resource.RLIMIT_NOFILE))
+"""
+
+
+def test_a_child_limit_above_the_evaluators_own_hard_limit_keeps_the_lower_one() -> None:
+    """Issue 25: an evaluator under a tighter RLIMIT_NOFILE than the sandbox's 4096 (not root) had
+    every confined child end on `setrlimit`'s refusal, recorded as the solution's RUNTIME_ERROR.
+    `set_limit` keeps the evaluator's lower limit instead."""
+    done = subprocess.run([sys.executable, "-c", SET_LIMIT_UNDER_A_LOWER_HARD_LIMIT, str(REPO)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["refused", "(512, 512)"]

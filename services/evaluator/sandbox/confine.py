@@ -42,9 +42,9 @@ def confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: 
         if cgroup_procs is not None:  # while /sys/fs/cgroup is still writable to it (the view)
             _join_cgroup(cgroup_procs)
         for limit, value in LIMITS.items():
-            resource.setrlimit(limit, (value, value))
+            set_limit(limit, value)
         if memory_bytes:
-            resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+            set_limit(resource.RLIMIT_AS, memory_bytes)
         lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
         _first_for_the_oom_killer()
         if os.geteuid() != 0 and view:  # a user namespace of its own: network, mounts, then no capabilities
@@ -58,7 +58,7 @@ def confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: 
             if view and not private_view(view, lib):
                 os.write(2, b"kernelswarm sandbox: no private view here; files outside its folders stay writable\n")
             if ids is not None:
-                resource.setrlimit(resource.RLIMIT_NPROC, (NPROC_LIMIT, NPROC_LIMIT))
+                set_limit(resource.RLIMIT_NPROC, NPROC_LIMIT)
                 uid, gid = ids
                 os.setgroups([])
                 os.setgid(gid)
@@ -66,6 +66,18 @@ def confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: 
             elif view and not drop_capabilities(lib):
                 os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
     set_parent_death_signal(signal.SIGKILL, lib)  # the forking thread is `_spawner`'s
+
+
+def set_limit(limit: int, value: int) -> None:
+    """`value` as the child's soft and hard limit; where the evaluator itself runs under a lower
+    hard limit that it may not raise (not root), that lower one: a tighter limit is kept, never a
+    refusal that would end the child (its workloads then looked like the solution's RUNTIME_ERROR)."""
+    try:
+        resource.setrlimit(limit, (value, value))
+    except (ValueError, OSError):
+        hard = resource.getrlimit(limit)[1]
+        bound = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(limit, (bound, bound))
 
 
 def _join_cgroup(procs: bytes) -> None:
