@@ -213,11 +213,10 @@ def _run_jobs(args) -> None:
                                       f"{j}/{args.jobs}", "--out", str(out)]) for j, out in enumerate(outs)]
             while any(job.poll() is None for job in jobs):
                 time.sleep(5)
-                rows = _merged(outs)
-                _write(args, _hardware_of(outs), rows, time.perf_counter() - began)
+                _write(args, *_read_shards(outs), time.perf_counter() - began)
         finally:
             stop_load(stop, workers)
-        rows, hardware = _merged(outs), _hardware_of(outs)
+        hardware, rows = _read_shards(outs)
         failed = [j for j, job in enumerate(jobs) if job.returncode != 0]
     _write(args, hardware, rows, time.perf_counter() - began)
     _print_table(hardware, args, _summary(rows), rows)
@@ -238,23 +237,16 @@ def _drop_values(argv: list[str], names: tuple[str, ...]) -> list[str]:
     return kept
 
 
-def _merged(outs: list[Path]) -> list[dict]:
-    rows = []
+def _read_shards(outs: list[Path]) -> tuple[str, list[dict]]:
+    """The hardware the shards name and their rows so far (a shard not written yet adds none)."""
+    hardware, rows = "unknown", []
     for out in outs:
         try:
-            rows += json.loads(out.read_text())["attempts"]
+            report = json.loads(out.read_text())
+            hardware, rows = report["hardware"], rows + report["attempts"]
         except (OSError, ValueError, KeyError):  # not written yet
             continue
-    return rows
-
-
-def _hardware_of(outs: list[Path]) -> str:
-    for out in outs:
-        try:
-            return json.loads(out.read_text())["hardware"]
-        except (OSError, ValueError, KeyError):
-            continue
-    return "unknown"
+    return hardware, rows
 
 
 def _write(args, hardware: str, rows: list[dict], elapsed_s: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,10 +101,7 @@ def tensor_bytes(definition: Definition, workload: Workload) -> dict[str, int]:
     for name, spec in (*definition.inputs.items(), *definition.outputs.items()):
         shape = definition.shape_of(spec, axes)
         if shape is not None:
-            elements = 1
-            for extent in shape:
-                elements *= extent
-            sizes[name] = elements * DTYPE_BYTES[spec.dtype]
+            sizes[name] = math.prod(shape) * DTYPE_BYTES[spec.dtype]
     return sizes
 
 
