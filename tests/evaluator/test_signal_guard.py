@@ -60,6 +60,21 @@ def test_a_handler_installed_during_a_call_is_found_and_one_at_import_is_not(wat
     assert "SIGUSR2" in watch.check()
 
 
+def test_a_handler_for_a_timers_signal_installed_at_import_is_found(watch: SignalWatch) -> None:
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)  # runs no code: allowed
+    assert watch.after_import() is None
+    signal.signal(signal.SIGALRM, _nothing)
+    assert "handler for SIGALRM at its import" in watch.after_import()
+
+
+def test_a_native_handler_for_a_timers_signal_installed_at_import_is_found(watch: SignalWatch) -> None:
+    handler = ctypes.CFUNCTYPE(None, ctypes.c_int)(lambda number: None)
+    action = ctypes.create_string_buffer(256)
+    ctypes.memmove(action, ctypes.byref(ctypes.c_void_p(ctypes.cast(handler, ctypes.c_void_p).value)), 8)
+    assert LIBC.sigaction(signal.SIGALRM, action, None) == 0
+    assert "native handler for SIGALRM at its import" in watch.after_import()
+
+
 def test_a_native_sigaction_is_found(watch: SignalWatch) -> None:
     handler = ctypes.CFUNCTYPE(None, ctypes.c_int)(lambda number: None)
     action = ctypes.create_string_buffer(256)
@@ -116,9 +131,9 @@ class _Itimerspec(ctypes.Structure):
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/timers"), reason="no /proc/self/timers on this kernel")
 def test_a_posix_timer_created_or_armed_is_found(watch: SignalWatch) -> None:
-    signal.signal(signal.SIGALRM, _nothing)
+    signal.signal(signal.SIGUSR1, _nothing)  # not a timer's own signal: its handler at import is allowed
     timer = ctypes.c_void_p()
-    assert LIBC.timer_create(1, ctypes.byref(_Sigevent(None, signal.SIGALRM, 0)), ctypes.byref(timer)) == 0
+    assert LIBC.timer_create(1, ctypes.byref(_Sigevent(None, signal.SIGUSR1, 0)), ctypes.byref(timer)) == 0
     try:
         assert "created POSIX timers" in watch.check_call()
         assert watch.after_import() is None  # created at import, unarmed: allowed

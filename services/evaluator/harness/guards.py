@@ -138,8 +138,9 @@ class Guard:
         self._signals = SignalWatch()  # handlers, timers and pending signals (`signal_guard`)
 
     def after_import(self) -> str | None:
-        """Once the solution is imported: no timer armed and no signal pending; the handlers it
-        installed (honest libraries install some) are the base that later calls are compared with."""
+        """Once the solution is imported: no timer armed, no signal pending, no handler of its own for
+        a timer's signal; the other handlers it installed (honest libraries install some) are the base
+        that later calls are compared with."""
         return self._signals.after_import()
 
     def check_signals(self) -> str | None:

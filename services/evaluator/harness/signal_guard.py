@@ -14,8 +14,9 @@ the process's state, not the Python calls that change it, so that the same calls
   `timer_gettime` system call), the CPU-time limit (`RLIMIT_CPU`, whose SIGXCPU is a timer too),
   and the pending signals (`signal.sigpending`; `SigPnd` and `ShdPnd`).
 
-Findings: after the solution's import, an armed timer or a pending signal (handlers installed at
-import are allowed: honest libraries install some; `rebase` takes the state then); after a call,
+Findings: after the solution's import, an armed timer, a pending signal, or a handler of its own
+for a timer's signal (SIGALRM, SIGVTALRM, SIGPROF; other handlers installed at import are allowed:
+honest libraries install some; `rebase` takes the state then); after a call,
 a handler installed or changed, a POSIX timer created, any timer armed, the CPU-time limit
 changed, any signal pending. `check_call` is the cheap part, run inside every timed call: the
 timers, the limit and the pending signals (about 4 us on the 2-core CPU VM). `check` adds the
@@ -42,6 +43,7 @@ _ITIMER_NAMES = ("ITIMER_REAL (signal.setitimer or alarm)", "ITIMER_VIRTUAL", "I
 _LIBC_OWN = (1 << 31) | (1 << 32)  # signals 32 and 33 in SigCgt's bit numbering (signal n is bit n - 1)
 _TIMER_GETTIME = {"x86_64": 224, "aarch64": 108}  # the system call's number
 _SIGNALS = range(1, 65)
+_TIMER_SIGNALS = (int(signal.SIGALRM), int(signal.SIGVTALRM), int(signal.SIGPROF))
 _SIGACTION_BYTES = 256  # more than glibc's struct sigaction; its first field is the handler
 
 
@@ -152,11 +154,40 @@ class SignalWatch:
         self._timer_set = _timer_ids(self._timers.read())
 
     def after_import(self) -> str | None:
-        """After the solution's import: no timer armed, no signal pending; then its handlers are the base."""
-        found = self._armed_or_pending("its import")
+        """After the solution's import: no timer armed, no signal pending, no handler of its own for a
+        timer's signal; then its handlers are the base."""
+        try:
+            found = self._armed_or_pending("its import") or self._timer_handlers()
+        except Tampered:
+            return _TAMPERED
         if found is None:
             self.rebase()
         return found
+
+    def _timer_handlers(self) -> str | None:
+        """A handler the solution's import installed for SIGALRM, SIGVTALRM or SIGPROF (Python's, or a
+        native one outside an installed library's code). Those signals only ever report a timer, and
+        a handler for one, armed later in a call, is how work runs after the timer's end reading. The
+        armed timer is found inside the call (`check_call`) unless it fires first: then a native
+        handler runs in whichever thread the kernel picks, and can wait there for the interpreter
+        lock until after the end reading (on CI, 2026-12-06: the outer clock charged the workloads
+        and the handler, calling torch from a signal, hung the child). So the handler itself is the
+        finding, before any call."""
+        native = self._native_handlers()
+        library = self._library_handlers(native)
+        caught = _status_masks(self._status.read()).get("SigCgt", 0)
+        for number in _TIMER_SIGNALS:
+            bit = 1 << (number - 1)
+            python = self._getsignal(number)
+            if callable(python) and python is not self._handlers.get(number):
+                return (f"the solution installed a handler for {_signal_name(number)} at its import (signal.signal): "
+                        f"a timer's signal runs no solution code (no work outside the call)")
+            newly = "SigCgt" in self._masks and caught & bit and not self._masks["SigCgt"] & bit
+            replaced = native.get(number, 0) > 1 and self._native.get(number) != native.get(number)
+            if (newly or replaced) and not library & bit:
+                return (f"the solution installed a native handler for {_signal_name(number)} at its import "
+                        f"(sigaction): a timer's signal runs no solution code (no work outside the call)")
+        return None
 
     def check_call(self) -> str | None:
         """Inside every timed call, just after it returned: what could run work after the timer's
