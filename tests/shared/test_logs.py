@@ -1,0 +1,30 @@
+"""`shared.logs`: the console handler writes to the `sys.stderr` of the moment."""
+
+from __future__ import annotations
+
+import io
+import logging
+import sys
+
+import pytest
+
+from shared.logs import configure_logging
+
+
+def test_a_line_goes_to_the_current_stderr_after_the_first_was_closed(monkeypatch: pytest.MonkeyPatch) -> None:
+    root = logging.getLogger()
+    before = list(root.handlers)
+    first, second = io.StringIO(), io.StringIO()
+    try:
+        monkeypatch.setattr(sys, "stderr", first)
+        configure_logging("INFO")
+        first.close()  # what pytest does to a captured stream once its test ends
+        monkeypatch.setattr(sys, "stderr", second)
+        logging.getLogger("kernelswarm.test").info("after the first stream closed")
+        written = second.getvalue()
+        assert "Logging error" not in written  # logging's complaint about the closed stream quotes the message
+        assert written.rstrip().endswith("INFO kernelswarm.test: after the first stream closed")
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in before:
+                root.removeHandler(handler)
