@@ -21,7 +21,7 @@ from services.evaluator.protocol import (
 )
 from services.evaluator.retime import ClockAccount, account
 from services.evaluator.sandbox.isolation import StartedChild, finish_child, unprivileged_ids
-from shared.schema import Status
+from shared.errors import EvaluatorFault
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,8 @@ class Checker:
               first: int | None = None) -> Check:
         """Workload `index`'s correctness rounds and first `runs` timed runs, as they are now: from
         their files, or from the candidate's GPU memory for the sets in `shared` (`gpu_handover`).
-        With `first` (a re-timed batch, `retime`): the `runs` sets from set `first` only."""
+        With `first` (a re-timed batch, `retime`): the `runs` sets from set `first` only. A checker
+        that does not answer is the evaluator's fault, never a verdict: `EvaluatorFault`."""
         if self._lost is None:
             began = time.perf_counter()
             try:
@@ -179,9 +180,8 @@ class Checker:
             if isinstance(reply, dict) and "status" in reply and reply.get("index") == index:
                 return Check.from_dict(reply)
             self._lost = repr(line[:200])
-        return Check(Status.RUNTIME_ERROR, f"the attempt's checker (the reference's process) stopped answering "
-                                           f"before it checked these outputs ({self._lost}); not the solution's "
-                                           f"verdict")
+        raise EvaluatorFault(f"the attempt's checker (the reference's process) stopped answering before it "
+                             f"checked these outputs ({self._lost})")
 
     def more(self, index: int, first: int, count: int) -> dict[str, Any] | None:
         """`count` fresh timed sets of workload `index`, numbered from `first`, made and run through

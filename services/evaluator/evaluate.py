@@ -221,11 +221,12 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     outcomes: list[_Outcome | None] = []
     runnable = []
     results = reference.results([w.uuid for w in workloads], "the reference")
-    faults = [f"workload {w.uuid}: {r['message']}" for w, r in zip(workloads, results) if r["status"] == EVALUATOR_FAULT]
-    if faults:  # this machine's fault: no verdict, the attempt is retried later (or elsewhere)
+    try:
+        _raise_faults(workloads, results)
+    except EvaluatorFault:
         if reference.checker is not None:
             reference.checker.close()
-        raise EvaluatorFault("; ".join(faults))
+        raise
     for index, result in enumerate(results):
         if result["status"] == "OK":
             outcomes.append(None)
@@ -268,6 +269,7 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
     inputs_dir = dirs["inputs"]  # the timer child's own where it has a spare (`_Children.timer_dirs`)
     hand_over = timed_hand_over(dirs["timed"], inputs_dir, rounds, timed)
     verdicts: dict[int, Check] = {}
+    faults: list[str] = []  # the evaluator's, met while checking (`seal`): the attempt is retried
 
     def make_sets(index: int, first: int, count: int) -> dict | None:
         """A re-timed batch's fresh sets, made in the checker; files moved where the candidate reads them."""
@@ -287,8 +289,9 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
         try:
             verdicts[index] = checker.check(index, max(0, min(runs, made["timed_sets"])), outputs_dir, shared,
                                             first=first if first != rounds else None)
-        except Exception as error:  # the evaluator's own failure: never a pass, never the solution's hack
+        except Exception as error:  # the checker lost or the evaluator's own failure: no verdict (`faults`)
             log.exception("checking workload %s failed", uuid)
+            faults.append(f"workload {uuid}: {error}")
             verdicts[index] = Check(Status.RUNTIME_ERROR, f"checking these outputs failed in the evaluator: {error}")
 
     def job(runnable: list[int]) -> CandidateJob:
@@ -334,7 +337,11 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
     known_compile = {**(config.compile_baselines or {}), **compiled}
     say("checking")
     mode, reason = (routed.mode, routed.reason) if routed is not None else (IN_PROCESS, None)
-    for index, result in zip(runnable, candidate.results(sent, "the solution")):
+    reported = candidate.results(sent, "the solution")
+    _raise_faults([workloads[i] for i in runnable], reported)
+    if faults:  # the checker lost, or the evaluator's own checking failed: no verdict on these outputs
+        raise EvaluatorFault("; ".join(faults))
+    for index, result in zip(runnable, reported):
         if result["status"] != "OK":
             outcomes[index] = _Outcome(_candidate_status(result["status"]),
                                        "\n".join(m for m in (reason, result["message"]) if m))
@@ -388,10 +395,23 @@ def _record(problem: Problem, workloads: list[Workload], runnable: list[int], jo
     recorded = run_child(children.dirs["cand"], dataclasses.replace(config, outer_clock=False),
                          lambda: children.started("candidate"), job.model_copy(update={"mode": "record"}))
     children.phases["record"] = recorded.phases
-    results = dict(zip(runnable, recorded.results([workloads[i].uuid for i in runnable], "the solution")))
+    reported = recorded.results([workloads[i].uuid for i in runnable], "the solution")
+    _raise_faults([workloads[i] for i in runnable], reported)
+    results = dict(zip(runnable, reported))
     kernels = cubin_kernels(build.artifact_path.read_bytes())
     return route(problem.definition, {i: workloads[i] for i in runnable}, results, kernels,
                  job.destination_passing_style)
+
+
+def _raise_faults(workloads: list[Workload], results: list[dict]) -> None:
+    """`EvaluatorFault` where a child reported workloads it could not run for the machine's fault
+    (`EVALUATOR_FAULT`: its file I/O refused, the device's context not made): no verdict, the
+    attempt is retried later or elsewhere. A candidate could report one falsely: that costs it its
+    attempt's retries and gains it nothing (`record.give_up`: NOT_EVALUATED, never a pass)."""
+    faults = [f"workload {w.uuid}: {r['message']}" for w, r in zip(workloads, results)
+              if r.get("status") == EVALUATOR_FAULT]
+    if faults:
+        raise EvaluatorFault("; ".join(faults))
 
 
 def _verdict(index: int, runs: int, verdicts: dict[int, Check], checker, outputs_dir: Path, clock: bool) -> Check:

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from shared.db import AttemptRow, BaselineRow, Database, ProblemRow, TraceRow, utcnow
 from shared.errors import NotFoundError, RetryableError
-from shared.repository import IN_FLIGHT, PARTIAL, attempt_workloads, get_solution, problem_from_row
+from shared.repository import IN_FLIGHT, NOT_EVALUATED, PARTIAL, attempt_workloads, get_solution, problem_from_row
 from shared.runtime import Runtime
 from shared.schema import AttemptInfo, Status
 
@@ -155,12 +155,14 @@ def _release(db: Database, attempt_id: str, me: str) -> None:
 
 
 def give_up(runtime: Runtime, attempt_id: str, error: Exception, tries: int) -> None:
-    """After the task's last retry of an infrastructure fault: a verdict that says so, rather than
-    an attempt left PENDING until the planner's deadline."""
+    """After the task's last retry of an infrastructure fault (the store, the DB, `EvaluatorFault`):
+    NOT_EVALUATED, which says so and is no verdict (the planner counts it for neither the problem
+    nor the writer), rather than an attempt left PENDING until the planner's deadline."""
     with runtime.db.session() as session:
         attempt = session.get(AttemptRow, attempt_id)
         if attempt is not None and attempt.status == "PENDING":
-            _finish_unrunnable(attempt, f"not evaluated: {error} (gave up after {tries} tries)")
+            attempt.status, attempt.finished_at = NOT_EVALUATED, utcnow()
+            attempt.message = f"not evaluated: {error} (gave up after {tries} tries)"
     log.error("attempt=%s not evaluated after %d tries: %s", attempt_id, tries, error)
 
 

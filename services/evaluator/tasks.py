@@ -1,4 +1,5 @@
-"""The `evaluate` task: decode the ids, run the attempt, retry only infrastructure faults. At
+"""The `evaluate` task: decode the ids, run the attempt, retry only infrastructure faults (each one
+recorded for `/status`: `shared.health`; after the last retry the attempt is NOT_EVALUATED). At
 start-up a GPU evaluator makes its CUDA context ahead (`evaluate.warm_up`), calibrates its ceilings
 when none recent is stored (`calibrate.ensure`), then sends again what it was running when it
 last stopped (`record.recover`)."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 
+import redis
 from celery import Celery
 from celery.signals import worker_ready
 
@@ -16,6 +18,7 @@ from services.evaluator.evaluate import environment, warm_up
 from services.evaluator.record import evaluate_attempt, give_up, recover
 from shared.celery_app import EVALUATE, send_evaluate
 from shared.errors import RetryableError
+from shared.health import record_fault
 from shared.runtime import Runtime
 
 log = logging.getLogger(__name__)
@@ -23,13 +26,18 @@ log = logging.getLogger(__name__)
 
 def register(app: Celery, runtime: Runtime) -> None:
     stale_after_s = float(app.conf.task_time_limit or 0) or None
+    faults = redis.Redis.from_url(runtime.settings.redis_url, socket_timeout=2) if runtime.settings.redis_url else None
 
     @app.task(name=EVALUATE, bind=True, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True,
               max_retries=5)
     def evaluate(self, attempt_id: str, device: str = "cpu") -> str:
         try:
             return evaluate_attempt(runtime, attempt_id, device, self.request.hostname, stale_after_s)
-        except RetryableError as error:
+        except RetryableError as error:  # no verdict: retried with backoff, shown on /status
+            log.warning("attempt=%s evaluator fault (try %d of %d): %s", attempt_id, self.request.retries + 1,
+                        self.max_retries + 1, error)
+            if faults is not None:
+                record_fault(faults, self.request.hostname or "evaluator", attempt_id, error)
             if self.request.retries >= self.max_retries:
                 give_up(runtime, attempt_id, error, self.request.retries + 1)
             raise

@@ -1,7 +1,7 @@
 """A campaign's state as the policy sees it, read from the DB, the system of record.
 
-Per problem, the finished attempts are folded in SQL with window functions (gains, stall, costs,
-best), whatever their number; the active assignments and the attempts recorded are read fresh at
+Per problem, the finished attempts (NOT_EVALUATED ones aside: the evaluators' faults, no verdict)
+are folded in SQL with window functions (gains, stall, costs, best), whatever their number; the active assignments and the attempts recorded are read fresh at
 every tick. At 10,000 problems the per-problem fold is the expensive part, so the planner process
 keeps it in a `StateCache`: refreshed for the problems whose assignments closed since the last
 tick, and in full every `full_every_s` (a verdict that arrives after its writer stopped waiting is
@@ -21,7 +21,7 @@ from services.planner.best import best_order
 from services.planner.brief import RECENT, Candidate, Recent
 from services.planner.policy import BASELINE_SCORE, MAX_ESTIMATE, PolicyConfig, ProblemStats
 from shared.db import AssignmentRow, AttemptRow, CampaignProblemRow, SolutionRow
-from shared.repository import IN_FLIGHT, PARTIAL
+from shared.repository import IN_FLIGHT, NOT_EVALUATED, PARTIAL
 
 ACTIVE = ("QUEUED", "RUNNING")
 PASSED = "PASSED"
@@ -204,7 +204,7 @@ def _finished_query(campaign_id: int, config: PolicyConfig, restrict):
     rows = (select(AttemptRow.problem_id, AttemptRow.id, AttemptRow.status, AttemptRow.gpu_seconds,
                    AttemptRow.tokens, AttemptRow.speedup, AttemptRow.sol_score, _merit(config).label("merit"),
                    func.coalesce(AttemptRow.finished_at, AttemptRow.created_at).label("finished_at"))
-            .where(AttemptRow.campaign_id == campaign_id, AttemptRow.status.not_in(IN_FLIGHT),
+            .where(AttemptRow.campaign_id == campaign_id, AttemptRow.status.not_in((*IN_FLIGHT, NOT_EVALUATED)),
                    restrict(AttemptRow.problem_id))).subquery()
     by_problem = {"partition_by": rows.c.problem_id, "order_by": (rows.c.finished_at, rows.c.id)}
     ordered = select(
@@ -271,11 +271,12 @@ def parent_candidates(session: Session, campaign_id: int, problem_ids: Sequence[
 
 
 def recent_attempts(session: Session, campaign_id: int, problem_ids: Sequence[int]) -> dict[int, list[Recent]]:
-    """Per problem, its latest finished attempts of the campaign, most recent first."""
+    """Per problem, its latest finished attempts of the campaign, most recent first (a writer is
+    never shown an evaluator's fault as its attempt's outcome)."""
     latest_first = (func.coalesce(AttemptRow.finished_at, AttemptRow.created_at).desc(), AttemptRow.id.desc())
     ranked = (select(AttemptRow.problem_id, AttemptRow.status, AttemptRow.message,
                      func.row_number().over(partition_by=AttemptRow.problem_id, order_by=latest_first).label("rank"))
-              .where(AttemptRow.campaign_id == campaign_id, AttemptRow.status.not_in(IN_FLIGHT),
+              .where(AttemptRow.campaign_id == campaign_id, AttemptRow.status.not_in((*IN_FLIGHT, NOT_EVALUATED)),
                      AttemptRow.problem_id.in_(list(problem_ids)))).subquery()
     found: dict[int, list[Recent]] = {}
     for row in session.execute(select(ranked).where(ranked.c.rank <= RECENT)

@@ -1,5 +1,6 @@
 """What the status page shows: queue depths (Redis), workers that answer a Celery ping, evaluators
-seen recently in the DB, throughput, recent errors and the campaigns."""
+seen recently in the DB and their faults (Redis, `shared.health`), throughput, recent errors and
+the campaigns."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session
 from shared.celery_app import EVALUATE_QUEUE, PLAN_QUEUE, WRITE_QUEUE, evaluate_queue
 from shared.db.models import AttemptRow, CampaignProblemRow, CampaignRow, ProblemRow, utcnow
 from shared.leaderboard import IN_FLIGHT, PASSED, as_utc
+from shared.health import evaluator_faults
 from shared.repository import PARTIAL
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,19 @@ class SupervisedProcess(BaseModel):
     last_exit: str | None  # how it last ended ("was killed by SIGKILL", "exited with code 1")
 
 
+class EvaluatorHealth(BaseModel):
+    """An evaluator's faults kept in Redis (`shared.health`): unhealthy while its latest is recent."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    evaluator: str
+    unhealthy: bool
+    last_hour: int
+    last_at: datetime
+    last_attempt: str | None
+    last_message: str
+
+
 class StatusReport(BaseModel):
     """`queues` and `workers_online` are None when they could not be asked (no Redis configured,
     or Redis unreachable: `redis_error` says which). `processes` is None unless the web is served
@@ -113,6 +128,7 @@ class StatusReport(BaseModel):
     recent_errors: list[RecentError]
     campaigns: list[CampaignState]
     processes: list[SupervisedProcess] | None = None
+    evaluator_faults: list[EvaluatorHealth] | None = None  # None where Redis could not be asked
 
 
 def status_report(session: Session, client: redis.Redis | None, celery: Celery | None,
@@ -120,12 +136,13 @@ def status_report(session: Session, client: redis.Redis | None, celery: Celery |
     campaigns = _campaigns(session)
     names = [PLAN_QUEUE, WRITE_QUEUE, EVALUATE_QUEUE]
     names += sorted({evaluate_queue(c.device) for c in campaigns} - set(names))
-    queues, workers, error = None, None, None
+    queues, workers, error, faults = None, None, None, None
     if client is None or celery is None:
         error = "no Redis configured (KERNELSWARM_REDIS_URL)"
     else:
         try:
             queues = queue_depths(client, names)
+            faults = [EvaluatorHealth(**f) for f in evaluator_faults(client)]
             workers = online_workers(celery)
         except (redis.RedisError, OperationalError) as failure:
             log.warning("status: redis unreachable error=%r", failure)
@@ -133,7 +150,7 @@ def status_report(session: Session, client: redis.Redis | None, celery: Celery |
     return StatusReport(
         generated_at=datetime.now(timezone.utc), queues=queues, workers_online=workers, redis_error=error,
         recent_evaluators=_recent_evaluators(session), throughput=_throughput(session),
-        recent_errors=_recent_errors(session), campaigns=campaigns, processes=processes,
+        recent_errors=_recent_errors(session), campaigns=campaigns, processes=processes, evaluator_faults=faults,
     )
 
 

@@ -1,6 +1,7 @@
 """The reference's process as the attempt's checker (`services/evaluator/harness/checker.py`; the
 evaluator's end is `children.Checker`): it holds the expected outputs, checks each workload's outputs at the candidate's `end` (outer clock on) or after
-the candidate (off), and is gone when the attempt is; when it dies, nothing passes."""
+the candidate (off), and is gone when the attempt is; when it dies, nothing passes and nothing is
+judged: the attempt is the evaluator's to retry."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
 from services.evaluator import children as children_module
 from services.evaluator.evaluate import evaluate
+from shared.errors import EvaluatorFault
 from shared.schema import Problem, Status
 
 AFFINE = "def run(x, w, b, y):\n    y.copy_(x * w + b)\n"
@@ -62,7 +64,7 @@ def test_the_checker_is_gone_with_the_attempt(affine, monkeypatch):
 def test_a_checker_that_died_passes_nothing(affine, monkeypatch):
     check = children_module.Checker.check
 
-    def killed_first(self, index, runs, outputs_dir, shared=None):
+    def killed_first(self, index, runs, outputs_dir, shared=None, first=None):
         os.kill(self.child.process.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while self.child.alive() and time.monotonic() < deadline:
@@ -70,14 +72,14 @@ def test_a_checker_that_died_passes_nothing(affine, monkeypatch):
         return check(self, index, runs, outputs_dir, shared, first)
 
     monkeypatch.setattr(children_module.Checker, "check", killed_first)
-    result = evaluate(affine, make_solution(AFFINE), FAST)
-    assert result.status is Status.RUNTIME_ERROR and "checker" in result.message, result.message
-    assert result.workloads_passed == 0
+    with pytest.raises(EvaluatorFault, match="checker .* stopped answering"):  # retried, never a verdict
+        evaluate(affine, make_solution(AFFINE), FAST)
 
 
 def test_a_reply_out_of_turn_ends_the_checkers_trust():
     """A reply for another workload (or none in time) is never taken for this one's verdict, and
-    no later reply is trusted either: the rest are RUNTIME_ERROR without asking."""
+    no later reply is trusted either: each is the evaluator's fault (`EvaluatorFault`), the rest
+    without asking."""
     import json
     import socket
     from types import SimpleNamespace
@@ -87,13 +89,13 @@ def test_a_reply_out_of_turn_ends_the_checkers_trust():
     child = SimpleNamespace(channel=ours, kill=lambda: killed.append(True))
     checker = children_module.Checker(child, timeout_s=5)
     theirs.sendall(json.dumps({"status": "PASSED", "index": 1}).encode() + b"\n")  # workload 1's, early
-    first = checker.check(0, 1, Path("/nonexistent"))
+    with pytest.raises(EvaluatorFault, match="stopped answering"):
+        checker.check(0, 1, Path("/nonexistent"))
     asked = theirs.recv(1 << 16)
-    assert first.status is Status.RUNTIME_ERROR and "stopped answering" in first.message
     assert json.loads(asked.splitlines()[0])["index"] == 0
     theirs.setblocking(False)
-    second = checker.check(1, 1, Path("/nonexistent"))
-    assert second.status is Status.RUNTIME_ERROR
+    with pytest.raises(EvaluatorFault):
+        checker.check(1, 1, Path("/nonexistent"))
     with pytest.raises(BlockingIOError):
         theirs.recv(1 << 16)  # nothing more was asked
     checker.close()

@@ -193,3 +193,23 @@ def test_a_childs_bound_stays_under_the_ceiling_it_left_behind(tmp_path: Path, m
     assert group is not None and group.limit_bytes == 1 << 30
     assert (group.path / "memory.max").read_text() == str(1 << 30)
     assert group.path.name.startswith(f"{memcap.PREFIX}{memcap._pid_namespace()}-{os.getpid()}-")
+
+
+def test_a_cgroup_the_machine_refuses_is_the_evaluators_fault_not_an_unbounded_child(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    """Where the hierarchy exists but refuses the child's cgroup (here: it is gone), no child is
+    started without its bound: `EvaluatorFault`, which the task retries (issue 25, item 2)."""
+    from services.evaluator.sandbox.isolation import start_child
+    from shared.errors import EvaluatorFault
+
+    monkeypatch.setattr(memcap, "find", lambda: memcap.Hierarchy(2, tmp_path / "gone", None))
+    with pytest.raises(EvaluatorFault, match="memory cgroup"):
+        start_child(["-c", "print('never')"], tmp_path, tmp_path / "child.log", isolate=True, host_memory_bytes=BOUND)
+    assert not (tmp_path / "child.log").exists()  # nothing ran
+    base = _fake_cgroup(tmp_path / "base", "memory")
+    monkeypatch.setattr(memcap, "find", lambda: memcap.Hierarchy(2, base, None))
+    # Its limit file refused (a file the kernel did not make): the cgroup is made, then taken down.
+    monkeypatch.setattr(memcap.Hierarchy, "limit_files", lambda self: ("missing/memory.max", "memory.swap.max"))
+    with pytest.raises(EvaluatorFault, match="refused its limit"):
+        memcap.new(1 << 30)
+    assert not [p for p in base.iterdir() if p.name.startswith(memcap.PREFIX)]

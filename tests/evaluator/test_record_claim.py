@@ -158,5 +158,49 @@ def test_an_unreachable_store_gives_the_claim_back_then_a_clear_verdict(runtime,
     assert (attempt.status, attempt.evaluator, attempt.tries) == ("PENDING", None, 0)  # any evaluator may retry
     give_up(runtime, attempt_id, StoreError("object store at localhost:1 unreachable"), 6)
     attempt = row(runtime, attempt_id)
-    assert attempt.status == "RUNTIME_ERROR" and attempt.message.startswith("not evaluated: object store")
+    assert attempt.status == "NOT_EVALUATED" and attempt.message.startswith("not evaluated: object store")
     assert "gave up after 6 tries" in attempt.message and evaluations.calls == 0
+
+
+def test_the_evaluate_task_records_each_fault_for_status_and_gives_up_as_not_evaluated(tmp_path, monkeypatch):
+    """The Celery task itself, run eagerly: an `EvaluatorFault` on every try is retried up to the
+    task's limit, each try's fault is kept in Redis for /status, and the attempt ends NOT_EVALUATED
+    (no verdict), not RUNTIME_ERROR."""
+    import redis
+    from celery import Celery
+
+    from kernelswarm.launcher import RedisServer
+    from services.evaluator import tasks
+    from shared.celery_app import EVALUATE
+    from shared.errors import EvaluatorFault
+    from shared.health import evaluator_faults
+    from shared.settings import Settings
+
+    server = RedisServer(tmp_path / "redis")  # started by its constructor
+    try:
+        runtime = Runtime(Settings(home=tmp_path / "home", problems_dir=PROBLEMS, redis_url=server.url))
+        with runtime.db.session() as session:  # the attempt, in this runtime's DB
+            problem = load_problem(PROBLEMS / PROBLEM)
+            problem_id = upsert_problem(session, problem).id
+            digest = put_solution(session, runtime.store, problem_id, problem.seed("pytorch"))
+            attempt_id = create_attempt(session, problem_id, digest, "cpu").id
+        tries = []
+
+        def faulty(runtime, attempt_id, device, evaluator, stale_after_s):
+            tries.append(evaluator)
+            raise EvaluatorFault("saving input set 0 failed: [Errno 28] No space left on device")
+
+        monkeypatch.setattr(tasks, "evaluate_attempt", faulty)
+        app = Celery("faults-test")
+        app.conf.task_always_eager = True
+        tasks.register(app, runtime)
+        app.tasks[EVALUATE].apply(args=(attempt_id,), throw=False)
+        with runtime.db.session() as session:
+            attempt = session.get(AttemptRow, attempt_id)
+            assert attempt.status == "NOT_EVALUATED" and "No space left" in attempt.message, attempt.message
+        assert len(tries) == 6  # the first try and five retries
+        [health] = evaluator_faults(redis.Redis.from_url(server.url))
+        assert health["unhealthy"] and health["last_hour"] == 6 and health["last_attempt"] == attempt_id
+        runtime.db.dispose()
+    finally:
+        server.stop()

@@ -169,6 +169,20 @@ def test_a_problem_whose_reference_keeps_failing_gets_no_more_writers(db, queue)
     assert {a.problem_id for a in assignments(db, campaign_id)} == {other}
 
 
+def test_attempts_not_evaluated_count_for_no_problem(db, queue):
+    """NOT_EVALUATED (the evaluators' faults outlasted every retry) is no verdict: a problem with
+    as many of them as retire one by failed references, or by a stall, keeps its writers."""
+    faulted, other = add_problems(db, 2)
+    campaign_id = new_campaign(db, [faulted, other], writers=2)
+    for _ in range(max(PolicyConfig().invalid_reference_attempts, PolicyConfig().stall_attempts)):
+        Attempts(db).add(faulted, campaign_id, "NOT_EVALUATED")
+    with db.session() as session:
+        stats = next(p for p in read_state(session, campaign_id, PolicyConfig()).problems if p.problem_id == faulted)
+    assert (stats.attempts, stats.failures, stats.stall) == (0, 0, 0)
+    tick(db, campaign_id, queue)
+    assert {a.problem_id for a in assignments(db, campaign_id)} == {faulted, other}
+
+
 def test_paused_campaigns_get_nothing_until_resumed(db, queue):
     campaign_id = new_campaign(db, add_problems(db, 2), writers=2)
     pause_campaign(db, campaign_id)

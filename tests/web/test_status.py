@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 import redis
@@ -16,6 +16,8 @@ from services.web import status
 from services.web.status_data import SupervisedProcess
 from shared.celery_app import PLAN_TICK
 from shared.db import CampaignRow, utcnow
+from shared.errors import EvaluatorFault
+from shared.health import UNHEALTHY_AFTER, record_fault
 
 
 @pytest.fixture
@@ -147,3 +149,18 @@ def test_api_controls(web, seed, db, queues):
 def _status(db, campaign_id: int) -> str:
     with db.session() as session:
         return session.get(CampaignRow, campaign_id).status
+
+
+
+def test_an_evaluators_faults_are_shown_and_it_is_unhealthy_while_they_are_recent(web, queues):
+    assert web.get("/api/status").get_json()["evaluator_faults"] == []  # Redis asked, nothing kept
+    record_fault(queues, "evaluator@gpu-2", "a-1", EvaluatorFault("saving input set 0 failed: [Errno 28] No space"))
+    long_ago = datetime.now(timezone.utc) - UNHEALTHY_AFTER - timedelta(minutes=1)
+    record_fault(queues, "evaluator@gpu-3", "a-2", EvaluatorFault("the checker stopped answering"), now=long_ago)
+
+    faults = {f["evaluator"]: f for f in web.get("/api/status").get_json()["evaluator_faults"]}
+    assert faults["evaluator@gpu-2"]["unhealthy"] and faults["evaluator@gpu-2"]["last_hour"] == 1
+    assert faults["evaluator@gpu-2"]["last_message"].startswith("EvaluatorFault: saving input set 0 failed")
+    assert not faults["evaluator@gpu-3"]["unhealthy"] and faults["evaluator@gpu-3"]["last_attempt"] == "a-2"
+    html = web.get("/status").get_data(as_text=True)
+    assert 'id="evaluator-faults"' in html and "unhealthy" in html and "No space" in html

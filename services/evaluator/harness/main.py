@@ -38,15 +38,16 @@ import torch
 from services.evaluator.harness.candidate import run_candidate
 from services.evaluator.harness.clock import HarnessClock
 from services.evaluator.harness.phases import write_results
-from services.evaluator.protocol import READY_FILE, WorkloadResult, read_job
+from services.evaluator.protocol import EVALUATOR_FAULT, READY_FILE, WorkloadResult, read_job
 
 
 def main(argv: list[str]) -> int:
     """`python -m services.evaluator.harness JOB.json` runs a job now; `... --wait DEVICE` (a spare
     started ahead of its attempt) first imports and initialises the device, then reads the job's
     path from stdin."""
+    fault = None
     if argv[:1] == ["--wait"]:
-        _warm_up(argv[1])
+        fault = _warm_up(argv[1])
         job_path = sys.stdin.readline().strip()
         if not job_path:
             return 0  # the evaluator let this spare go unused
@@ -54,11 +55,15 @@ def main(argv: list[str]) -> int:
         job_path = argv[0]
     job = read_job(Path(job_path).read_bytes())
     definition, workloads = job.definition, job.workloads
+    result_path = Path(job.result_path)
     device = torch.device(job.device)
     if device.type == "cuda":
         device = torch.device("cuda", device.index or 0)
-        torch.cuda.set_device(device)
-    result_path = Path(job.result_path)
+    fault = fault or _use_device(device)
+    if fault is not None:  # before any code of the job's runs: the machine's fault, no verdict
+        write_results(result_path, [WorkloadResult(uuid=w.uuid, status=EVALUATOR_FAULT, message=fault)
+                                    for w in workloads])
+        return 0
     results: list[WorkloadResult] = []
     untrusted = job.role == "candidate"
     if untrusted and job.mode == "record":  # language `cuda`: its launch plans only (timer/)
@@ -98,10 +103,26 @@ def _exit_now(code: int, _exit=os._exit) -> None:
     _exit(code)
 
 
-def _warm_up(device_name: str) -> None:
-    """What every job needs before it starts: torch imported, the device's context created."""
+def _warm_up(device_name: str) -> str | None:
+    """What every job needs before it starts: torch imported, the device's context created. What
+    went wrong making it, if anything (the job then reports it: `_use_device`)."""
     device = torch.device(device_name)
     if device.type == "cuda":
-        torch.cuda.set_device(torch.device("cuda", device.index or 0))
-        torch.empty(1, device=device)
+        device = torch.device("cuda", device.index or 0)
+    fault = _use_device(device)
     Path(READY_FILE).touch()  # in its home: the evaluator waits for this before any timing starts
+    return fault
+
+
+def _use_device(device: torch.device) -> str | None:
+    """The device made current and its context created, or why it could not be: a CUDA context that
+    cannot be made (no driver, the GPU lost or taken, its memory full) is the evaluator's machine's
+    fault, not the code's it was about to run (`EVALUATOR_FAULT`)."""
+    if device.type != "cuda":
+        return None
+    try:
+        torch.cuda.set_device(device)
+        torch.empty(1, device=device)
+    except Exception as error:  # torch raises RuntimeError, AssertionError (no CUDA build), ...
+        return f"the evaluator could not use {device} here: {type(error).__name__}: {error}"[:2000]
+    return None

@@ -217,8 +217,8 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
     `workdir`), all else read-only to it where this machine allows (`candidate_view`), but
     `shared_folders` (`SHARED_ON_CUDA`). `host_memory_bytes`: the isolated child's host memory, by
     a cgroup of its own where this evaluator can make one (`memcap`; on any device)."""
+    cgroup = memcap.new(host_memory_bytes) if isolate and host_memory_bytes else None  # or EvaluatorFault
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    cgroup = memcap.new(host_memory_bytes) if isolate and host_memory_bytes else None
     try:
         process, channel_fd = _start(args, workdir, log_path, isolate, fork_server, theirs.fileno(),
                                      memory_bytes if isolate else None, own_folders, shared_folders,

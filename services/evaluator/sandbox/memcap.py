@@ -29,6 +29,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared.errors import EvaluatorFault
+
 PREFIX = "ks-cand-"  # then the evaluator's pid namespace, its pid and a counter: ks-cand-<ns>-<pid>-<n>
 _COUNTER = itertools.count()
 
@@ -108,7 +110,10 @@ def bound_bytes() -> int:
 
 
 def new(limit_bytes: int) -> Cgroup | None:
-    """A cgroup bounded to `limit_bytes` for one isolated child, or None where none can be made."""
+    """A cgroup bounded to `limit_bytes` for one isolated child, or None where this machine has no
+    hierarchy the evaluator may make them in (`find`). Where it has one and refuses this cgroup
+    (too many cgroups, a controller gone, a full or read-only cgroup file system), the child is not
+    started unbounded: `EvaluatorFault`, retried later, never a verdict."""
     hierarchy = find()
     if hierarchy is None:
         return None
@@ -117,8 +122,9 @@ def new(limit_bytes: int) -> Cgroup | None:
     path = hierarchy.base / f"{PREFIX}{_pid_namespace()}-{os.getpid()}-{next(_COUNTER)}"
     try:
         path.mkdir()
-    except OSError:
-        return None
+    except OSError as error:
+        raise EvaluatorFault(f"the memory cgroup of a sandboxed child could not be made in {hierarchy.base}: "
+                             f"{error}") from error
     group = Cgroup(path, hierarchy.version, limit_bytes)
     main, swap = hierarchy.limit_files()
     values = [(main, str(limit_bytes)), (swap, "0" if hierarchy.version == 2 else str(limit_bytes))]
@@ -128,9 +134,9 @@ def new(limit_bytes: int) -> Cgroup | None:
         for name, value in values:
             if name == main or (path / name).exists():  # no swap files where the kernel counts no swap
                 (path / name).write_text(value)
-    except OSError:
+    except OSError as error:
         group.remove(0)
-        return None
+        raise EvaluatorFault(f"the memory cgroup {path} refused its limit: {error}") from error
     return group
 
 
