@@ -9,16 +9,20 @@ FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 class _Stderr(logging.StreamHandler):
-    """Whatever `sys.stderr` is when a line is written, not when the handler was made: a command run
-    in process (tests, `kernelswarm` calling another command) may replace it and close the old one."""
+    """`sys.stderr` as it was when the handler was made, until that stream is closed: then the
+    `sys.stderr` of the moment (a command run in process, as tests and `kernelswarm` calling another
+    command do, may replace it and close the old one). Not the stream of the moment throughout: a
+    Celery worker replaces `sys.stderr` with a proxy that logs what is written to it, and a line
+    written there would come back to this handler, which the proxy drops."""
 
-    @property
-    def stream(self):  # type: ignore[override]
-        return sys.stderr
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
 
-    @stream.setter
-    def stream(self, _value) -> None:
-        pass
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(self.stream, "closed", False):
+            current = sys.stderr
+            self.stream = sys.__stderr__ if current is None or getattr(current, "closed", False) else current
+        super().emit(record)
 
 
 def configure_logging(level: str = "INFO") -> None:

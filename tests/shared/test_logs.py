@@ -28,3 +28,24 @@ def test_a_line_goes_to_the_current_stderr_after_the_first_was_closed(monkeypatc
         for handler in root.handlers[:]:
             if handler not in before:
                 root.removeHandler(handler)
+
+
+def test_a_line_logged_in_a_celery_worker_reaches_the_stream_it_started_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Celery worker redirects `sys.stderr` to a proxy that logs what is written to it: a handler
+    writing to the proxy would lose every line (the proxy drops what comes back to it), and the
+    services' logs would hold only Celery's banner."""
+    from celery.utils.log import LoggingProxy
+
+    root = logging.getLogger()
+    before = list(root.handlers)
+    started = io.StringIO()
+    try:
+        monkeypatch.setattr(sys, "stderr", started)
+        configure_logging("INFO")
+        monkeypatch.setattr(sys, "stderr", LoggingProxy(logging.getLogger("celery.redirected"), logging.WARNING))
+        logging.getLogger("kernelswarm.test").info("the broker restarted")
+        assert started.getvalue().rstrip().endswith("INFO kernelswarm.test: the broker restarted")
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in before:
+                root.removeHandler(handler)
