@@ -17,7 +17,7 @@ from services.evaluator.config import EvalConfig
 from services.evaluator.harness.correctness import Check
 from services.evaluator.outer_clock import OuterClock, Window
 from services.evaluator.protocol import (
-    MAX_CHECK_REPLY, MAX_SETS_REPLY, CandidateJob, ReferenceJob, WorkloadResult, send,
+    MAX_CHECK_REPLY, MAX_SETS_REPLY, CandidateJob, ReferenceJob, WorkloadResult, send, send_with_fds,
 )
 from services.evaluator.retime import ClockAccount, account
 from services.evaluator.sandbox.isolation import StartedChild, finish_child, unprivileged_ids
@@ -116,7 +116,7 @@ def run_child(home: Path, config: EvalConfig, start: Callable[[], StartedChild],
     finally:
         if clock is not None and checks and clock.checking.is_set() and child.alive():
             clock.join()  # its thread has returned at `checking`: the channel is the checker's now
-            checker = Checker(child, timeout_s)
+            checker = Checker(child, timeout_s, job.correctness_rounds)
         elif clock is not None:
             clock.stop()
         else:
@@ -151,11 +151,26 @@ def hand_over_folders(home: Path, inputs: Path, outputs: Path) -> None:
             os.chown(path, *ids)
 
 
+def open_sets(outputs_dir: Path, index: int, sets: list[int]) -> dict[int, int]:
+    """Set number -> a descriptor of the candidate's output file of workload `index` for that set,
+    for each that is there: opened by the evaluator, which may read the candidate's folder, for the
+    checker, which may not (`send_with_fds`). Never a link followed, never a wait on a FIFO; what
+    the descriptor names is checked in the checker (`checks.read_regular`)."""
+    found: dict[int, int] = {}
+    for s in sets:
+        try:
+            found[s] = os.open(outputs_dir / f"w{index}_s{s}.st", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                               | os.O_CLOEXEC)
+        except OSError:
+            continue  # not there (or a link): the checker finds it missing
+    return found
+
+
 class Checker:
     """The evaluator's handle on the reference's process once it said `checking`."""
 
-    def __init__(self, child: StartedChild, timeout_s: float) -> None:
-        self.child = child
+    def __init__(self, child: StartedChild, timeout_s: float, rounds: int = 0) -> None:
+        self.child, self.rounds = child, rounds
         child.channel.settimeout(timeout_s)
         self._reader = child.channel.makefile("rb")
         self._lost: str | None = None  # once a reply is missing or out of turn, no later one is trusted
@@ -169,13 +184,19 @@ class Checker:
         that does not answer is the evaluator's fault, never a verdict: `EvaluatorFault`."""
         if self._lost is None:
             began = time.perf_counter()
+            sets = range(self.rounds + max(0, runs)) if first is None else range(first, first + max(0, runs))
+            in_gpu = {int(s) for s in (shared or {})}
+            files = open_sets(outputs_dir, index, [s for s in sets if s not in in_gpu])
             try:
-                send(self.child.channel, {"op": "check", "index": index, "runs": runs, "first": first,
-                                          "outputs_dir": str(outputs_dir), "shared": shared})
+                send_with_fds(self.child.channel, {"op": "check", "index": index, "runs": runs, "first": first,
+                                                   "files": list(files), "shared": shared}, list(files.values()))
                 line = self._reader.readline(MAX_CHECK_REPLY)
                 reply = json.loads(line) if line else None
             except (OSError, ValueError) as error:
                 reply, line = None, str(error).encode()
+            finally:
+                for fd in files.values():
+                    os.close(fd)
             self.seconds["check"] += time.perf_counter() - began
             if isinstance(reply, dict) and "status" in reply and reply.get("index") == index:
                 return Check.from_dict(reply)

@@ -37,10 +37,14 @@ from services.evaluator.languages.nvcc import arch_for
 from services.evaluator.outer_clock import move_timed_sets, timed_hand_over
 from services.evaluator.retime import Retimer
 from services.evaluator.protocol import EVALUATOR_FAULT, CandidateJob, ReferenceJob, is_fault
-from services.evaluator.sandbox.isolation import StartedChild, memory_limit, shared_folders, start_child
-from services.evaluator.spares import CONFINED, HOMES, OUTPUTS, SPARE_READY_S, Spare, discard
+from services.evaluator.sandbox.isolation import (
+    StartedChild, memory_limit, readable_by_others, shared_folders, start_child, unprivileged_ids,
+)
+from services.evaluator.spares import (
+    CONFINED, HOMES, OUTPUTS, REF_INPUTS, REF_TIMED, SPARE_READY_S, Spare, discard, spare_sees as _spare_sees,
+)
 from services.evaluator.score import below_the_host_clock, count_ahead, hardware_for, score_workload
-from services.evaluator.scratch import make_folder, sweep_folders
+from services.evaluator.scratch import hand_over_reference, make_folder, sweep_folders
 from services.evaluator.timer.plan import RECORDED_SETS, cubin_kernels
 from services.evaluator.timer.route import IN_PROCESS, REPLAY, Routed, route, timer_job
 from shared.errors import EvaluatorFault
@@ -52,6 +56,7 @@ from shared.schema import (
 from shared.sol import problem_score
 
 log = logging.getLogger(__name__)
+_UNREADABLE: set[str] = set()  # problem folders already warned about (`_Children._reference_ids`)
 
 CHILD = ["-m", "services.evaluator.harness"]
 
@@ -100,7 +105,8 @@ def _evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_work
               attempt: AttemptInfo | None, progress: Callable[[str], None] | None) -> AttemptResult:
     say = progress or (lambda _message: None)
     workloads = list(problem.workloads[:max_workloads] if max_workloads else problem.workloads)
-    children = _Children(config, timer=solution.spec.language is Language.CUDA and config.replay)
+    children = _Children(config, timer=solution.spec.language is Language.CUDA and config.replay,
+                         problem_root=problem.root)
     try:
         dirs = children.dirs
         say("building")
@@ -118,15 +124,29 @@ def _evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_work
 
 class _Children:
     """The attempt's folders and its two children: spares started ahead when the config has a
-    pool (the candidate's spare folder becomes the attempt folder), else started when needed."""
+    pool (the candidate's spare folder becomes the attempt folder), else started when needed.
 
-    def __init__(self, config: EvalConfig, timer: bool = False) -> None:
+    Both are confined (`sandbox.isolation`): the candidate as `nobody`, the reference (a problem's
+    code, untrusted too) as a user of its own (`unprivileged_ids("reference")`), writing only its
+    home, the folder its input sets go to and the timed sets' folder. A spare reference started
+    before its problem was known sees nothing of a problem folder in /tmp or /dev/shm, and reads
+    only what others may: for such a problem (`_spare_sees`) the reference starts when needed,
+    seeing its folder, and as the evaluator's own uid without capabilities where that folder is
+    not readable by others."""
+
+    def __init__(self, config: EvalConfig, timer: bool = False, problem_root: Path | None = None) -> None:
         self.config = config
         self.timer = timer  # a third child, the `cuda` timer (`timer_dirs`), after the record step
+        self.problem_root = problem_root
+        # Output sets in GPU memory to the checker (`gpu_handover`) only while the reference runs as
+        # the candidate's or the evaluator's uid: CUDA IPC between two users of their own has not
+        # been tried on a GPU yet (files then, as where it is off).
+        self.handover = unprivileged_ids("reference") is None
         self.phases: dict[str, dict[str, float]] = {}
         self.spares: dict[str, Spare] = {}
         if config.spares is not None:
-            self.spares = {role: config.spares.take(role, home) for role, home in HOMES.items()}
+            self.spares = {role: config.spares.take(role, home) for role, home in HOMES.items()
+                           if role != "reference" or _spare_sees(problem_root)}
             if timer:
                 self.spares["timer"] = config.spares.take("timer", HOMES["candidate"])
             root = self.spares["candidate"].root
@@ -136,27 +156,59 @@ class _Children:
             root = make_folder("att", scratch)
         self.root = root
         self.dirs = {n: root / n for n in ("ref", "inputs", "cand", OUTPUTS, "solution")}
-        # The timed sets' files until the outer clock's `go`: the evaluator's only (0700), under a
+        # The timed sets' files until the outer clock's `go`: the reference's only (0700), under a
         # name the candidate is not told (all it has where it runs as the evaluator's user).
         self.dirs["timed"] = root / f".t{secrets.token_hex(8)}"
+        # Where the reference saves its input sets: the attempt's inputs folder, or its spare's own
+        # (linked into the attempt's once it is done: `reference_done`).
+        self.dirs["ref_inputs"] = self.dirs["inputs"]
         if "reference" in self.spares:
-            self.dirs["ref"] = self.spares["reference"].root / HOMES["reference"]
+            spare_root = self.spares["reference"].root
+            self.dirs.update(ref=spare_root / HOMES["reference"], ref_inputs=spare_root / REF_INPUTS,
+                             timed=spare_root / REF_TIMED)
         for path in self.dirs.values():
             path.mkdir(mode=0o700, exist_ok=True)
         self.dirs["solution"].chmod(0o755)
+        if "reference" not in self.spares:
+            hand_over_reference(self.dirs["ref"], self.dirs["ref_inputs"], self.dirs["timed"],
+                                self._reference_ids())
 
     def started(self, role: str) -> StartedChild:
         spare = self.spares.get(role)
         if spare is None:
-            folders = self.timer_dirs() if role == "timer" else \
-                {"home": self.dirs["ref" if role == "reference" else "cand"], "outputs": self.dirs[OUTPUTS]}
-            home, outputs = folders["home"], folders["outputs"]
+            if role == "reference":
+                home = self.dirs["ref"]
+                own = (home, self.dirs["ref_inputs"], self.dirs["timed"])
+                ids: tuple[int, int] | None | str = self._reference_ids()
+                visible = (self.problem_root,) if self.problem_root is not None else ()
+            else:
+                folders = self.timer_dirs() if role == "timer" else {"home": self.dirs["cand"],
+                                                                       "outputs": self.dirs[OUTPUTS]}
+                home, own, ids, visible = folders["home"], (folders["home"], folders["outputs"]), "candidate", ()
             return start_child([*CHILD, "--wait", self.config.device], home, home / "child.log",
                                isolate=role in CONFINED, fork_server=self.config.fork_server,
                                memory_bytes=memory_limit(self.config.device), host_memory_bytes=memcap.bound_bytes(),
-                               own_folders=(home, outputs) if role in CONFINED else (),
-                               shared_folders=shared_folders(self.config.device))
+                               own_folders=own, shared_folders=shared_folders(self.config.device), ids=ids,
+                               visible_folders=visible, parents=role != "reference")
         return spare.child
+
+    def _reference_ids(self) -> tuple[int, int] | None:
+        """The reference's identity: its own user, or the evaluator's uid without capabilities where
+        its problem's folder is not readable by others (a root-only home): it must read its data."""
+        ids = unprivileged_ids("reference")
+        if ids is not None and self.problem_root is not None and not readable_by_others(self.problem_root):
+            if str(self.problem_root) not in _UNREADABLE:
+                _UNREADABLE.add(str(self.problem_root))
+                log.warning("the problem folder %s is not readable by others: its reference runs as the evaluator's "
+                            "uid without capabilities, not as a user of its own", self.problem_root)
+            return None
+        return ids
+
+    def reference_done(self) -> None:
+        """The reference's input sets, saved in its spare's folder, linked into the attempt's inputs."""
+        if self.dirs["ref_inputs"] != self.dirs["inputs"]:
+            for path in self.dirs["ref_inputs"].iterdir():
+                os.link(path, self.dirs["inputs"] / path.name)
 
     def timer_dirs(self) -> dict[str, Path]:
         """The timer child's folders (home, outputs, inputs, solution). Started on demand: a home and
@@ -212,12 +264,13 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     children.wait_ready()
     clock = config.outer_clock
     reference = run_child(dirs["ref"], config, lambda: children.started("reference"), ReferenceJob(
-        **common, seed=secrets.randbits(48), checker=True,
+        **{**common, "inputs_dir": str(dirs["ref_inputs"])}, seed=secrets.randbits(48), checker=True,
         timed_dir=str(dirs["timed"]) if clock else None,
         measure_compile=config.measure_compile,
         problem_root=str(problem.root) if problem.root else None,
         workloads=workloads, indices=list(range(len(workloads)))))
     children.phases["reference"] = reference.phases
+    children.reference_done()
     outcomes: list[_Outcome | None] = []
     runnable = []
     results = reference.results([w.uuid for w in workloads], "the reference")
@@ -298,7 +351,7 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
         return CandidateJob(
             **common, outputs_dir=str(outputs_dir), solution_dir=str(dirs["solution"]),
             entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
-            language=solution.spec.language.value, gpu_handover=clock and config.gpu_handover,
+            language=solution.spec.language.value, gpu_handover=clock and config.gpu_handover and children.handover,
             artifact_path=str(build.artifact_path) if build.artifact_path else None,
             destination_passing_style=solution.spec.destination_passing_style,
             workloads=[workloads[i] for i in runnable], indices=runnable,

@@ -47,6 +47,58 @@ def send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(json.dumps(message).encode() + b"\n")
 
 
+# Descriptors sent with a message (`send_with_fds`): at most this many ride on one `sendmsg` (the
+# kernel's SCM_MAX_FD is 253); the rest follow on messages of one byte, `FDS_MORE`.
+FDS_PER_MESSAGE = 250
+FDS_MORE = b"+"
+
+
+def send_with_fds(sock: socket.socket, message: dict[str, Any], fds: list[int]) -> None:
+    """`message` (which says how many descriptors follow: `receive_with_fds`) and `fds` with it: the
+    checker, in a view of the file system that does not show the candidate's folder and as a user
+    that may not read it, gets each output file already open."""
+    line = json.dumps(message).encode() + b"\n"
+    chunks = [fds[i:i + FDS_PER_MESSAGE] for i in range(0, len(fds), FDS_PER_MESSAGE)] or [[]]
+    sent = socket.send_fds(sock, [line], chunks[0]) if chunks[0] else 0
+    if not chunks[0]:
+        sock.sendall(line)
+    elif sent < len(line):
+        sock.sendall(line[sent:])
+    for chunk in chunks[1:]:
+        socket.send_fds(sock, [FDS_MORE], chunk)
+
+
+def receive_with_fds(sock: socket.socket, limit: int, count_of: Any) -> tuple[bytes, list[int]]:
+    """One line from `sock` and the descriptors that came with it, read with `recvmsg` (never
+    through a buffered reader, which would drop them). `count_of(line)` says how many descriptors
+    the line announces; more are read until they are all here. b"" at the channel's end."""
+    data, fds = bytearray(), []
+    while b"\n" not in data:
+        chunk, got, _flags, _ = socket.recv_fds(sock, 1 << 16, FDS_PER_MESSAGE + 3)
+        fds += got
+        if not chunk:
+            return b"", _closed(fds)
+        data += chunk
+        if len(data) > limit:
+            raise ValueError(f"a request over {limit} bytes")
+    line, rest = bytes(data).split(b"\n", 1)
+    wanted = count_of(line)
+    while len(fds) < wanted:
+        chunk, got, _flags, _ = socket.recv_fds(sock, 1, FDS_PER_MESSAGE + 3)
+        if not chunk:
+            break
+        fds += got
+    return line + b"\n", fds
+
+
+def _closed(fds: list[int]) -> list[int]:
+    import os
+
+    for fd in fds:
+        os.close(fd)
+    return []
+
+
 class Job(Frozen):
     """What both roles' children are told. `indices[k]` is the attempt's index of `workloads[k]`.
     The evaluator fills `result_path` and the channel's descriptor (`clock_fd` where the outer clock

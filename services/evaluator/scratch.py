@@ -82,3 +82,17 @@ def _namespace(pid: int) -> str:
         return os.readlink(f"/proc/{pid}/ns/pid").replace(" ", "_")
     except OSError:
         return "-"
+
+
+def hand_over_reference(home: Path, inputs: Path, timed: Path, ids: tuple[int, int] | None) -> None:
+    """Before the reference's child starts as a user of its own (`ids`): the folders it writes
+    (its home, where its input sets go, the timed sets' folder) become its own, 0700; the folder
+    above them enterable, not listable. The evaluator (root) links, moves and opens what it needs
+    of them later."""
+    if ids is None:
+        return
+    home.parent.chmod(0o711)
+    for folder in (home, inputs, timed):
+        folder.chmod(0o700)
+        for path in (folder, *folder.rglob("*")):
+            os.chown(path, *ids)

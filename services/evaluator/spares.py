@@ -19,13 +19,19 @@ from pathlib import Path
 
 from services.evaluator.sandbox import memcap
 from services.evaluator.protocol import READY_FILE
-from services.evaluator.scratch import make_folder, sweep_folders
-from services.evaluator.sandbox.isolation import StartedChild, memory_limit, shared_folders, start_child, unprivileged_ids
+from services.evaluator.scratch import hand_over_reference, make_folder, sweep_folders
+from services.evaluator.sandbox.fsview import SCRATCH_MOUNTS
+from services.evaluator.sandbox.isolation import (
+    StartedChild, memory_limit, readable_by_others, shared_folders, start_child, unprivileged_ids,
+)
 
 HOMES = {"reference": "ref", "candidate": "cand"}  # role -> the child's home inside its folder
-# Roles whose child runs a solution's code: confined, writing only its home and outputs. `timer`
-# (language `cuda`) runs no Python of the solution's, but does run its kernels.
-CONFINED = ("candidate", "timer")
+# Roles whose child runs code the evaluator did not write: confined. The candidate writes only its
+# home and outputs; `timer` (language `cuda`) runs no Python of the solution's, but does run its
+# kernels; the reference (a problem's code: submitted problems are untrusted, issue 25) writes
+# only its home, its input sets' folder and the timed sets' folder, as a user of its own.
+CONFINED = ("candidate", "timer", "reference")
+REF_INPUTS, REF_TIMED = "inputs", "timed"  # a spare reference's own folders beside its home
 ALL_HOMES = {**HOMES, "timer": HOMES["candidate"]}  # every role a pool may keep a spare for
 OUTPUTS = "outputs"  # the candidate's output folder inside its folder (the attempt's, once taken)
 SPARE_READY_S = 120.0
@@ -85,20 +91,35 @@ class Spares:
         root = make_folder(role[:3], self.scratch)
         (root / home).mkdir(mode=0o700)
         # A candidate writes its home and its outputs (the attempt's `outputs` folder, made now:
-        # what it may write is fixed when it starts), nothing else (`isolation.candidate_view`).
-        own = (root / home, root / OUTPUTS) if role in CONFINED else ()
+        # what it may write is fixed when it starts), nothing else (`isolation.candidate_view`); a
+        # reference its home, its input sets' folder and its timed sets' (`REF_INPUTS`, `REF_TIMED`).
+        reference = role == "reference"
+        own = (root / home, *((root / REF_INPUTS, root / REF_TIMED) if reference else (root / OUTPUTS,)))
         for folder in own[1:]:
             folder.mkdir(mode=0o700)
-        ids = unprivileged_ids() if role in CONFINED else None
-        if ids is not None:  # it starts as `nobody` in a home of its own (see children.hand_over_folders)
+        ids = unprivileged_ids(role)
+        if ids is not None and reference:
+            hand_over_reference(*own, ids)
+        elif ids is not None:  # it starts as `nobody` in a home of its own (see children.hand_over_folders)
             root.chmod(0o711)
             os.chown(root / home, *ids)
         child = start_child(["-m", "services.evaluator.harness", "--wait", self.device], root / home,
                             root / home / "child.log", isolate=role in CONFINED, fork_server=self.fork_server,
                             memory_bytes=memory_limit(self.device), host_memory_bytes=memcap.bound_bytes(),
-                            own_folders=own,
-                            shared_folders=shared_folders(self.device))
+                            own_folders=own, shared_folders=shared_folders(self.device), ids=ids,
+                            parents=not reference)
         return Spare(child, root)
+
+
+def spare_sees(problem_root: Path | None) -> bool:
+    """Whether a spare reference, started before its problem was known, can read the problem's
+    folder: not below /tmp or /dev/shm (its view has empty ones of its own) and readable by others."""
+    if problem_root is None:
+        return True
+    real = os.path.realpath(problem_root)
+    if any(real == m or real.startswith(m.rstrip("/") + "/") for m in map(os.fsdecode, SCRATCH_MOUNTS)):
+        return False
+    return unprivileged_ids("reference") is None or readable_by_others(Path(real))
 
 
 def discard(spare: Spare) -> None:

@@ -51,9 +51,9 @@ def test_the_checker_is_gone_with_the_attempt(affine, monkeypatch):
     kept = []
     made = children_module.Checker
 
-    def remembered(child, timeout_s):
+    def remembered(child, *args):
         kept.append(child)
-        return made(child, timeout_s)
+        return made(child, *args)
 
     monkeypatch.setattr(children_module, "Checker", remembered)
     result = evaluate(affine, make_solution(AFFINE), FAST)

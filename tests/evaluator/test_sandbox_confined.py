@@ -21,6 +21,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -86,11 +88,19 @@ def confine(tmp_path_factory) -> Path:
     return binary
 
 
+@pytest.fixture
+def reachable() -> Iterator[Path]:
+    """A folder `nobody` can reach, as an attempt's folder is (pytest's own are 0700 from the top)."""
+    folder = Path(tempfile.mkdtemp(prefix="ks-confined-", dir="/var/tmp"))
+    folder.chmod(0o711)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def drive(tmp_path: Path, prefix: list[str]) -> dict:
     root = tmp_path / ("confined" if prefix else "unconfined")
     root.mkdir()
     root.chmod(0o711)  # reachable by `nobody`, as an attempt's folder is
-    tmp_path.chmod(0o711)
     script = root / "driver.py"
     script.write_text(DRIVER)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -101,13 +111,13 @@ def drive(tmp_path: Path, prefix: list[str]) -> dict:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the helper makes a mount namespace, which needs root")
-def test_confined_as_in_the_compose_container_the_evaluator_says_what_it_lost_and_still_runs(confine, tmp_path):
-    free = drive(tmp_path, [])
+def test_confined_as_in_the_compose_container_the_evaluator_says_what_it_lost_and_still_runs(confine, reachable):
+    free = drive(reachable, [])
     assert free["isolation"]["read_only_root"] and free["isolation"]["host_memory_cgroup"], free["isolation"]
     assert not free["elsewhere_written"] and "no private view here" not in free["child_log"], free
     assert free["honest"] == "PASSED" and free["patched_timer"] == "REWARD_HACK", free
 
-    boxed = drive(tmp_path, [str(confine)])
+    boxed = drive(reachable, [str(confine)])
     isolation = boxed["isolation"]
     assert not isolation["read_only_root"] and not isolation["host_memory_cgroup"], isolation
     assert isolation["network_namespace"] and isolation["limits"], isolation

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -32,8 +35,13 @@ def run(x, w, b, y):
 
 
 @pytest.fixture
-def problem(tmp_path):
-    return make_problem(tmp_path, affine_definition(), affine_workloads())
+def problem():
+    """Outside /tmp and readable by others: where a spare reference, started before its problem
+    was known, can read it (a problem in /tmp gets a reference started for it: `spares.spare_sees`)."""
+    folder = Path(tempfile.mkdtemp(prefix="ks-spares-", dir="/var/tmp"))
+    folder.chmod(0o755)
+    yield make_problem(folder, affine_definition(), affine_workloads())
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
@@ -105,9 +113,9 @@ def test_the_candidate_starts_only_after_its_folders_are_handed_over(problem, mo
         events.append("hand over")
         hand_over(*args)
 
-    def recorded_start(*args, isolate=False, **kwargs):
-        events.append("start candidate" if isolate else "start reference")
-        return start_child(*args, isolate=isolate, **kwargs)
+    def recorded_start(*args, **kwargs):
+        events.append("start candidate" if kwargs.get("ids") == "candidate" else "start reference")
+        return start_child(*args, **kwargs)
 
     monkeypatch.setattr(children, "hand_over_folders", recorded_hand_over)
     monkeypatch.setattr(evaluate_module, "start_child", recorded_start)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -57,8 +58,9 @@ BAD = {
 
 
 @pytest.fixture(scope="module")
-def problem(tmp_path_factory):
-    root = tmp_path_factory.mktemp("scale")
+def problem(readable_tmp):
+    root = Path(tempfile.mkdtemp(prefix="scale-", dir=readable_tmp))
+    root.chmod(0o755)
     definition = {
         "name": "scale", "op_type": "elementwise", "axes": {"n": {"type": "var"}},
         "inputs": {"x": {"shape": ["n"], "dtype": "float32"}, "w": {"shape": ["n"], "dtype": "float32"}},

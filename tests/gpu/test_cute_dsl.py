@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -65,8 +67,9 @@ def cute_solution(name: str, definition: str, source: str) -> Solution:
 
 
 @pytest.fixture(scope="module")
-def rowsum(tmp_path_factory):
-    root = tmp_path_factory.mktemp("rowsum")
+def rowsum(readable_tmp):
+    root = Path(tempfile.mkdtemp(prefix="rowsum-", dir=readable_tmp))
+    root.chmod(0o755)
     (root / "definition.json").write_text(json.dumps({
         "name": "rowsum", "op_type": "reduction", "axes": {"m": {"type": "var"}, "k": {"type": "const", "value": 512}},
         "inputs": {"x": {"shape": ["m", "k"], "dtype": "float32"}}, "outputs": {"y": {"shape": ["m"], "dtype": "float32"}},

@@ -100,3 +100,36 @@ def test_a_gpu_candidate_over_its_host_memory_bound_is_stopped_and_the_next_pass
     honest = evaluate(problem, pytorch_solution("honest", "import torch\n\n\ndef run(x, w, y):\n"
                                                           "    torch.mul(x, w, out=y)\n"), config)
     assert honest.status is Status.PASSED, honest.message
+
+
+def test_a_gpu_reference_runs_as_a_user_of_its_own_and_checks_outputs_handed_over_in_gpu_memory(
+        problem, config):
+    """The reference, confined with its own uid, makes its CUDA context and computes on the GPU; the
+    candidate (`nobody`) hands its outputs over in GPU memory (CUDA IPC between two users, neither
+    the evaluator's), and wrong outputs handed over so still fail."""
+    import dataclasses
+    import json
+
+    from services.evaluator.evaluate import evaluate
+    from services.evaluator.sandbox.isolation import unprivileged_ids
+    from shared.schema import Status, load_problem
+    from test_cuda_language import GOOD, REFERENCE, cuda_solution
+
+    ids = unprivileged_ids("reference")
+    if os.geteuid() != 0 or ids is None:
+        pytest.skip("the reference's own user needs a root evaluator whose Python others may read")
+    root = Path(tempfile.mkdtemp(prefix="as-itself-", dir=problem.root.parent))
+    root.chmod(0o755)
+    definition = json.loads((problem.root / "definition.json").read_text())
+    definition["reference"] = REFERENCE.replace(
+        "def run(x, w):\n", f"def run(x, w):\n    assert os.getuid() == {ids[0]}, os.getuid()\n"
+                            "    assert x.is_cuda\n").replace("import torch\n", "import os\n\nimport torch\n")
+    (root / "definition.json").write_text(json.dumps(definition))
+    shutil.copy(problem.root / "workload.jsonl", root / "workload.jsonl")
+    as_itself = load_problem(root)
+    clocked = dataclasses.replace(config, outer_clock=True, gpu_handover=True)
+    good = evaluate(as_itself, cuda_solution(GOOD), clocked)
+    assert good.status is Status.PASSED, good.message
+    assert "export" in good.child_phases["candidate"], good.child_phases
+    wrong = evaluate(as_itself, cuda_solution(GOOD.replace("mul.rn.f32", "add.rn.f32"), "scale_wrong"), clocked)
+    assert wrong.status is Status.INCORRECT_NUMERICAL, wrong.message

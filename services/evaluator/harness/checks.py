@@ -25,8 +25,8 @@ def timed_runs(result: dict[str, Any], timed_sets: int) -> int:
     return runs if isinstance(runs, int) and 1 <= runs <= timed_sets else -1
 
 
-def check_sets(definition: Definition, tolerance: Tolerance, index: int, rounds: int, runs: int, outputs_dir: Path,
-               expected_sets: dict[str, dict[str, Any]], device: torch.device,
+def check_sets(definition: Definition, tolerance: Tolerance, index: int, rounds: int, runs: int,
+               outputs: Path | dict[int, int], expected_sets: dict[str, dict[str, Any]], device: torch.device,
                shared: dict[int, dict[str, Any]] | None = None, importer: Any = None,
                first: int | None = None) -> Check:
     """Every correctness round and the outputs of every timed run (`runs`: each had its own input
@@ -36,7 +36,9 @@ def check_sets(definition: Definition, tolerance: Tolerance, index: int, rounds:
     such file has `Check.missing` set (the evaluator asks later whether it appeared after). Sets in
     `shared` (set number -> descriptor) are in the candidate's GPU memory instead: `importer`
     (`gpu_handover.Importer`) copies them. With `first` (a re-timed batch): only the `runs` sets
-    from set `first` (its correctness rounds were checked with the first batch)."""
+    from set `first` (its correctness rounds were checked with the first batch). `outputs`: the
+    candidate's output folder, or (the checker's case) set number -> a descriptor of its file, which
+    the evaluator opened (`children.open_sets`); a set without one left no file."""
     worst_abs = worst_rel = 0.0
     ratio = 1.0
     for s in range(rounds + max(0, runs)) if first is None else range(first, first + max(0, runs)):
@@ -48,7 +50,8 @@ def check_sets(definition: Definition, tolerance: Tolerance, index: int, rounds:
             if isinstance(actual, Check):
                 return Check(actual.status, f"{phase} {s}: {actual.message}")
         else:
-            copy = read_regular(outputs_dir / f"{name}.st", _set_limit(expected))
+            source = outputs.get(s) if isinstance(outputs, dict) else outputs / f"{name}.st"
+            copy = read_regular(source, _set_limit(expected)) if source is not None else None
             if copy is None:
                 return Check(Status.RUNTIME_ERROR, f"the solution left no outputs for {phase} {s}", missing=s)
             if isinstance(copy, Oversized):
@@ -86,13 +89,19 @@ class Oversized:
 MAX_HEADER = 1 << 20
 
 
-def read_regular(path: Path, limit: int) -> bytearray | Oversized | None:
+def read_regular(path: Path | int, limit: int) -> bytearray | Oversized | None:
     """The file's bytes if it is a regular file (not a link, a pipe or a device: the candidate
     names them) of at most `limit` bytes; its header only if larger; None if it is not there or
     not a regular file. Later writes, through the path or a descriptor opened before, change
-    nothing in what this returns."""
+    nothing in what this returns. `path` may be a descriptor the evaluator opened the same way
+    (`children.open_sets`), read from its start; it stays open (its owner closes it)."""
     try:
-        with open(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK), "rb", buffering=0) as file:
+        if isinstance(path, int):
+            os.lseek(path, 0, os.SEEK_SET)
+            fd = os.dup(path)
+        else:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with open(fd, "rb", buffering=0) as file:
             info = os.fstat(file.fileno())
             if not stat.S_ISREG(info.st_mode):
                 return None

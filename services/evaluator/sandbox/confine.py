@@ -26,6 +26,7 @@ LIMITS = {
     resource.RLIMIT_FSIZE: 64 << 30,  # no file larger than 64 GiB
     resource.RLIMIT_CORE: 0,
 }
+KEEP_TIGHTER = (resource.RLIMIT_FSIZE,)  # the evaluator's own soft limit, where lower, is kept
 NPROC_LIMIT = 4096  # threads count too: torch starts many
 OOM_SCORE_ADJ = 1000  # the most: an isolated child is the OOM killer's first choice
 
@@ -71,7 +72,13 @@ def confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: 
 def set_limit(limit: int, value: int) -> None:
     """`value` as the child's soft and hard limit; where the evaluator itself runs under a lower
     hard limit that it may not raise (not root), that lower one: a tighter limit is kept, never a
-    refusal that would end the child (its workloads then looked like the solution's RUNTIME_ERROR)."""
+    refusal that would end the child (its workloads then looked like the solution's RUNTIME_ERROR).
+    A file size limit the evaluator itself runs under (soft) binds its children too: they write
+    no file it could not write (test_evaluator_faults uses one as the stand-in for a full disk)."""
+    if limit in KEEP_TIGHTER:
+        soft = resource.getrlimit(limit)[0]
+        if soft != resource.RLIM_INFINITY:
+            value = min(value, soft)
     try:
         resource.setrlimit(limit, (value, value))
     except (ValueError, OSError):

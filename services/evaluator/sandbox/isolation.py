@@ -61,6 +61,13 @@ SHARED_ON_CUDA = ("/proc",)
 # way out of the attempt (the hack suite's drop folder), never set in a deployment.
 WRITABLE_ENV = "KERNELSWARM_SANDBOX_WRITABLE"
 UNPRIVILEGED_USER = "nobody"
+# The reference (a problem's code: untrusted too, issue 25) runs as a user of its own, neither the
+# candidate's `nobody` nor the evaluator's root: it cannot read a candidate's folders, nor a
+# candidate its secret (its seed, its timed sets), nor either of them the services' environments.
+# A uid no account and no process uses (no entry in /etc/passwd is needed: HOME and USER are set).
+REFERENCE_UID_ENV = "KERNELSWARM_REFERENCE_UID"
+REFERENCE_UID = 65533
+REFERENCE_USER = "kernelswarm-reference"
 
 
 @dataclass(frozen=True)
@@ -101,22 +108,26 @@ def isolation() -> dict[str, bool]:
             "host_memory_cgroup": memcap.find() is not None}
 
 
-def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = ()) -> tuple[tuple[str, bool], ...]:
+def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = (),
+                   visible: tuple[Path, ...] = (), parents: bool = True) -> tuple[tuple[str, bool], ...]:
     """What an isolated child sees of the scratch folders, as (folder, writable) pairs
     (`fsview.private_view`, which binds them back in this order): `shared` (on a CUDA device /proc's
     entries of processes: `SHARED_ON_CUDA`; a scratch mount named there would stay the real one,
     writable), its code where that lies in /tmp or /dev/shm (`_code_in_scratch`) and the folder
     holding its `own` (its attempt's: inputs, solution) read-only, its own (its home, its output
     folder) and those of `WRITABLE_ENV` writable; all else read-only, and /tmp and /dev/shm empty
-    folders of its own (where not `shared`). Empty where this evaluator cannot confine its
+    folders of its own (where not `shared`); `visible` folders read-only too (the reference's problem
+    folder where it lies in a scratch mount). Empty where this evaluator cannot confine its
     children's writes (neither root nor allowed a user namespace)."""
     if os.geteuid() != 0 and not _can_shield("user_namespace"):
         return ()
     own_paths = [os.path.realpath(p) for p in own]
     extra = [os.path.realpath(p) for p in os.environ.get(WRITABLE_ENV, "").split(":") if p]
-    parents = sorted({os.path.dirname(p) for p in own_paths} - set(own_paths))
+    held = sorted({os.path.dirname(p) for p in own_paths} - set(own_paths)) if parents else []
+    seen = [r for r in (os.path.realpath(p) for p in visible if os.path.isdir(p))
+            if not any(o.startswith(r + os.sep) for o in own_paths)]  # never one that shows its attempt's neighbours
     return (*((p, True) for p in shared if os.path.isdir(p)), *((p, False) for p in _code_in_scratch(own_paths)),
-            *((p, False) for p in parents), *((p, True) for p in (*own_paths, *extra)))
+            *((p, False) for p in seen), *((p, False) for p in held), *((p, True) for p in (*own_paths, *extra)))
 
 
 def _code_in_scratch(own_paths: list[str]) -> list[str]:
@@ -140,13 +151,48 @@ def shared_folders(device: str) -> tuple[str, ...]:
     return SHARED_ON_CUDA if device.startswith("cuda") else ()
 
 
-def unprivileged_ids() -> tuple[int, int] | None:
-    """(uid, gid) the candidate runs as, or None when the evaluator cannot switch: not root, or
-    Python itself or this package lies where others may not read (a root-only home directory)."""
+def unprivileged_ids(role: str = "candidate") -> tuple[int, int] | None:
+    """(uid, gid) the role's child runs as (the candidate's and the `cuda` timer's `nobody`, the
+    reference's `REFERENCE_UID`), or None when the evaluator cannot switch: not root, or Python
+    itself or this package lies where others may not read (a root-only home directory)."""
     if os.geteuid() != 0 or not all(_world_usable(Path(p)) for p in _needed_paths()):
         return None
+    if role == "reference":
+        uid = reference_uid()
+        return uid, uid
     user = pwd.getpwnam(UNPRIVILEGED_USER)
     return user.pw_uid, user.pw_gid
+
+
+def reference_uid() -> int:
+    """`KERNELSWARM_REFERENCE_UID` (a number, not 0 and not `nobody`'s), else `REFERENCE_UID`."""
+    text = os.environ.get(REFERENCE_UID_ENV, "").strip()
+    if not text:
+        return REFERENCE_UID
+    try:
+        uid = int(text)
+    except ValueError:
+        raise ValueError(f"{REFERENCE_UID_ENV}={text!r} is not a number") from None
+    if uid <= 0 or uid == pwd.getpwnam(UNPRIVILEGED_USER).pw_uid:
+        raise ValueError(f"{REFERENCE_UID_ENV}={uid}: the reference needs a uid of its own, neither root's nor "
+                         f"{UNPRIVILEGED_USER}'s (the candidate's)")
+    return uid
+
+
+def readable_by_others(path: Path) -> bool:
+    """Whether a user with no rights of its own (the reference's) can read `path`: every folder on
+    the way enterable by others, the path readable, and, for a folder, every file below it."""
+    try:
+        if not _world_usable(path):
+            return False
+        if path.is_dir():
+            for below in path.rglob("*"):
+                mode = below.stat().st_mode
+                if not mode & 0o004 or (below.is_dir() and not mode & 0o001):
+                    return False
+    except OSError:
+        return False
+    return True
 
 
 def _needed_paths() -> list[str]:
@@ -205,7 +251,8 @@ def memory_limit(device: str) -> int | None:
 def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = False,
                 fork_server: bool = True, memory_bytes: int | None = None,
                 own_folders: tuple[Path, ...] = (), shared_folders: tuple[str, ...] = (),
-                host_memory_bytes: int | None = None) -> StartedChild:
+                host_memory_bytes: int | None = None, ids: tuple[int, int] | None | str = "candidate",
+                visible_folders: tuple[Path, ...] = (), parents: bool = True) -> StartedChild:
     """`python -m <args>` in `workdir`, stdout and stderr to `log_path`, stdin a pipe for its job.
     With `isolate`, the child is confined (see the module docstring); the folders it must write
     are the caller's to hand over (`unprivileged_ids`). The evaluator's own child
@@ -216,13 +263,18 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
     (`memory_limit`). `own_folders`: the only folders the isolated child may write (default: its
     `workdir`), all else read-only to it where this machine allows (`candidate_view`), but
     `shared_folders` (`SHARED_ON_CUDA`). `host_memory_bytes`: the isolated child's host memory, by
-    a cgroup of its own where this evaluator can make one (`memcap`; on any device)."""
+    a cgroup of its own where this evaluator can make one (`memcap`; on any device). `ids`: the
+    identity the isolated child takes, a role's (`unprivileged_ids(role)`, "candidate" by default)
+    or given (None: the evaluator's own uid, without capabilities where it is root).
+    `visible_folders`: folders below a scratch mount it may read (its view shows them read-only);
+    `parents`: whether it sees the folders that hold its own (the candidate's attempt folder)."""
     cgroup = memcap.new(host_memory_bytes) if isolate and host_memory_bytes else None  # or EvaluatorFault
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         process, channel_fd = _start(args, workdir, log_path, isolate, fork_server, theirs.fileno(),
                                      memory_bytes if isolate else None, own_folders, shared_folders,
-                                     cgroup.procs if cgroup is not None else None)
+                                     cgroup.procs if cgroup is not None else None,
+                                     unprivileged_ids(ids) if isinstance(ids, str) else ids, visible_folders, parents)
         return StartedChild(process, workdir, log_path, ours, channel_fd, cgroup)
     except BaseException:
         ours.close()
@@ -235,16 +287,20 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
 
 def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_server: bool,
            channel: int, memory_bytes: int | None = None, own_folders: tuple[Path, ...] = (),
-           shared_folders: tuple[str, ...] = (),
-           cgroup_procs: bytes | None = None) -> tuple[subprocess.Popen, int]:
+           shared_folders: tuple[str, ...] = (), cgroup_procs: bytes | None = None,
+           ids: tuple[int, int] | None = None, visible_folders: tuple[Path, ...] = (),
+           parents: bool = True) -> tuple[subprocess.Popen, int]:
     """The child's process and the number of its channel's descriptor."""
     protect_self()
-    ids = unprivileged_ids() if isolate else None
-    view = candidate_view(own_folders or (workdir,), shared_folders) if isolate else ()
+    ids = ids if isolate else None
+    view = candidate_view(own_folders or (workdir,), shared_folders, visible_folders, parents) if isolate else ()
+    env = scrubbed_env(workdir)
+    if ids is not None and ids[0] == reference_uid():  # no account of its own: who it is, for getpass
+        env.update(USER=REFERENCE_USER, LOGNAME=REFERENCE_USER)
     if fork_server and args[:2] == ["-m", CHILD_MODULE]:
         try:
             server = ForkServer.get(scrubbed_env(Path(tempfile.gettempdir())), _start_server)
-            forked = server.start(args[2:], workdir, log_path, scrubbed_env(workdir), isolate, ids, channel, view,
+            forked = server.start(args[2:], workdir, log_path, env, isolate, ids, channel, view,
                                   memory_bytes, cgroup_procs)
             return forked, CLOCK_FD
         except ServerGone:
@@ -255,7 +311,7 @@ def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_s
 
     def spawn() -> subprocess.Popen:
         with open(log_path, "wb") as log_file:
-            return subprocess.Popen([sys.executable, *args], cwd=workdir, env=scrubbed_env(workdir),
+            return subprocess.Popen([sys.executable, *args], cwd=workdir, env=env,
                                     stdin=subprocess.PIPE, stdout=log_file, stderr=subprocess.STDOUT,
                                     start_new_session=True, preexec_fn=confine_child, pass_fds=(channel,))
 
