@@ -76,3 +76,18 @@ def test_machine_faults_are_told_apart_from_other_errors(code: int) -> None:
                                    ValueError("not an OSError"), OSError("no errno")])
 def test_other_errors_are_not_faults(error: BaseException) -> None:
     assert not is_fault(error)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a machine with CUDA makes its context")
+def test_a_cuda_context_that_cannot_be_made_is_the_evaluators_fault(affine) -> None:
+    """Device `cuda` where no CUDA context can be made (this CPU machine stands in for a GPU whose
+    driver is gone): the reference's child says so and the attempt is no verdict, neither the
+    problem's INVALID_REFERENCE nor the solution's RUNTIME_ERROR."""
+    import dataclasses
+
+    from evalkit import FAST, make_solution
+    from services.evaluator.evaluate import evaluate
+
+    with pytest.raises(EvaluatorFault, match="the evaluator could not use cuda:0 here"):
+        evaluate(affine, make_solution("def run(x, w, b, y):\n    y.copy_(x * w + b)\n"),
+                 dataclasses.replace(FAST, device="cuda"))
