@@ -70,7 +70,10 @@ def sweep_folders(scratch: str | None, now: float | None = None) -> list[Path]:
             pid, started, namespace = owner
             if namespace != own_namespace:
                 continue  # another container's pids: not ours to judge
-            stale = identity(int(pid)) != " ".join(owner) if pid.isdigit() else False
+            # Our namespace's pid: alive while it has the start time recorded. Not its whole
+            # identity: another evaluator of this user is not dumpable (`protect_self`), so its
+            # /proc/<pid>/ns cannot be read, and its live folders would look stale.
+            stale = pid.isdigit() and started.isdigit() and start_time(int(pid)) != int(started)
         if stale:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)

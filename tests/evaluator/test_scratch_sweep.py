@@ -35,6 +35,27 @@ def test_a_folder_whose_owner_died_is_removed_and_a_live_ones_is_kept(tmp_path):
     assert ours.is_dir() and not orphan.exists()
 
 
+def test_a_live_evaluator_whose_namespace_cannot_be_read_keeps_its_folders(tmp_path, monkeypatch):
+    """Another evaluator of the same user (not root) is not dumpable (`shared.process.protect_self`):
+    its /proc/<pid>/ns/pid cannot be read, and its live folders were taken for a dead one's and
+    removed under it (this test's subprocess stands in for it; the unreadable link is played)."""
+    from services.evaluator import scratch
+
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        theirs = make_folder("can", str(tmp_path))
+        (theirs / OWNER).write_text(identity(other.pid))
+        own = os.getpid()
+        real = scratch._namespace
+        monkeypatch.setattr(scratch, "_namespace", lambda pid: real(pid) if pid == own else "-")
+        assert sweep_folders(str(tmp_path)) == []
+        assert theirs.is_dir()
+    finally:
+        other.kill()
+        other.wait()
+    assert sweep_folders(str(tmp_path)) == [theirs]  # gone once its owner is
+
+
 def test_a_reused_pid_does_not_keep_a_folder(tmp_path):
     pid, _, namespace = identity(os.getpid()).split()
     folder = make_folder("ref", str(tmp_path))
