@@ -138,10 +138,6 @@ class _Children:
         self.config = config
         self.timer = timer  # a third child, the `cuda` timer (`timer_dirs`), after the record step
         self.problem_root = problem_root
-        # Output sets in GPU memory to the checker (`gpu_handover`) only while the reference runs as
-        # the candidate's or the evaluator's uid: CUDA IPC between two users of their own has not
-        # been tried on a GPU yet (files then, as where it is off).
-        self.handover = unprivileged_ids("reference") is None
         self.phases: dict[str, dict[str, float]] = {}
         self.spares: dict[str, Spare] = {}
         if config.spares is not None:
@@ -351,7 +347,7 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
         return CandidateJob(
             **common, outputs_dir=str(outputs_dir), solution_dir=str(dirs["solution"]),
             entry_file=solution.entry_file, entry_symbol=solution.entry_symbol, tunables=build.tunables,
-            language=solution.spec.language.value, gpu_handover=clock and config.gpu_handover and children.handover,
+            language=solution.spec.language.value, gpu_handover=clock and config.gpu_handover,
             artifact_path=str(build.artifact_path) if build.artifact_path else None,
             destination_passing_style=solution.spec.destination_passing_style,
             workloads=[workloads[i] for i in runnable], indices=runnable,
