@@ -129,9 +129,13 @@ def _attacking_problem(folder: Path, port: int):
     return problem, [Path(t) for t in targets]
 
 
-def _assert_nothing_written(targets: list[Path]) -> None:
-    for target in targets:
-        assert not target.exists(), f"the reference wrote {target}"
+def _attack(problem, targets: list[Path], config=FAST):
+    """The attacker's attempt, and the targets it wrote (removed, so that nothing is left behind)."""
+    try:
+        return evaluate(problem, make_solution(AFFINE, "attacker"), config), [t for t in targets if t.exists()]
+    finally:
+        for target in targets:
+            target.unlink(missing_ok=True)
 
 
 @needs_root
@@ -142,15 +146,13 @@ def test_a_reference_writes_reaches_and_reads_nothing_of_the_machine(outside_tmp
     (outside_tmp / "scratch").mkdir()
     pool = Spares("cpu", str(outside_tmp / "scratch")) if spare else None
     try:
-        result = evaluate(problem, make_solution(AFFINE, "attacker"), dataclasses.replace(FAST, spares=pool))
+        result, written = _attack(problem, targets, dataclasses.replace(FAST, spares=pool))
     finally:
         if pool is not None:
             pool.close()
-        for target in targets:
-            target.unlink(missing_ok=True)
     assert result.status is Status.PASSED, result.message
     assert not accepted
-    _assert_nothing_written(targets)
+    assert written == []
 
 
 @needs_root
@@ -161,12 +163,9 @@ def test_without_its_confinement_the_same_reference_escapes(outside_tmp, service
     unconfined = tuple(r for r in spares_module.CONFINED if r != "reference")
     monkeypatch.setattr(evaluate_module, "CONFINED", unconfined)
     monkeypatch.setattr(evaluate_module, "unprivileged_ids", lambda role="candidate": None)
-    try:
-        result = evaluate(problem, make_solution(AFFINE, "attacker"), FAST)
-    finally:
-        for target in targets:
-            target.unlink(missing_ok=True)
+    result, written = _attack(problem, targets)
     assert result.status is Status.INVALID_REFERENCE, result.message
+    assert written == targets
     assert "ESCAPED" in result.message and "connected to port" in result.message
     assert "read the secret" in result.message and "swarm-home/planted" in result.message
 
@@ -198,11 +197,7 @@ def test_a_reference_in_a_folder_others_cannot_read_still_reaches_and_writes_not
         pytest.skip("this machine gives its children neither a network namespace nor a read-only view")
     port, accepted = listener
     problem, targets = _attacking_problem(tmp_path, port)
-    try:
-        result = evaluate(problem, make_solution(AFFINE, "attacker"), FAST)
-    finally:
-        for target in targets:
-            target.unlink(missing_ok=True)
+    result, written = _attack(problem, targets)
     assert result.status is Status.PASSED, result.message
     assert not accepted
-    _assert_nothing_written(targets)
+    assert written == []
