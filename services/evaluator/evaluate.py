@@ -138,11 +138,12 @@ class _Children:
         self.config = config
         self.timer = timer  # a third child, the `cuda` timer (`timer_dirs`), after the record step
         self.problem_root = problem_root
+        self.reference_ids = self._reference_ids()  # once: it walks the problem's folder
         self.phases: dict[str, dict[str, float]] = {}
         self.spares: dict[str, Spare] = {}
         if config.spares is not None:
             self.spares = {role: config.spares.take(role, home) for role, home in HOMES.items()
-                           if role != "reference" or _spare_sees(problem_root)}
+                           if role != "reference" or _spare_sees(problem_root, self.reference_ids)}
             if timer:
                 self.spares["timer"] = config.spares.take("timer", HOMES["candidate"])
             root = self.spares["candidate"].root
@@ -166,8 +167,7 @@ class _Children:
             path.mkdir(mode=0o700, exist_ok=True)
         self.dirs["solution"].chmod(0o755)
         if "reference" not in self.spares:
-            hand_over_reference(self.dirs["ref"], self.dirs["ref_inputs"], self.dirs["timed"],
-                                self._reference_ids())
+            hand_over_reference(self.dirs["ref"], self.dirs["ref_inputs"], self.dirs["timed"], self.reference_ids)
 
     def started(self, role: str) -> StartedChild:
         spare = self.spares.get(role)
@@ -175,7 +175,7 @@ class _Children:
             if role == "reference":
                 home = self.dirs["ref"]
                 own = (home, self.dirs["ref_inputs"], self.dirs["timed"])
-                ids: tuple[int, int] | None | str = self._reference_ids()
+                ids: tuple[int, int] | None | str = self.reference_ids
                 visible = (self.problem_root,) if self.problem_root is not None else ()
             else:
                 folders = self.timer_dirs() if role == "timer" else {"home": self.dirs["cand"],

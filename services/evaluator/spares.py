@@ -21,9 +21,7 @@ from services.evaluator.sandbox import memcap
 from services.evaluator.protocol import READY_FILE
 from services.evaluator.scratch import hand_over_reference, make_folder, sweep_folders
 from services.evaluator.sandbox.fsview import SCRATCH_MOUNTS
-from services.evaluator.sandbox.isolation import (
-    StartedChild, memory_limit, readable_by_others, shared_folders, start_child, unprivileged_ids,
-)
+from services.evaluator.sandbox.isolation import StartedChild, memory_limit, shared_folders, start_child, unprivileged_ids
 
 HOMES = {"reference": "ref", "candidate": "cand"}  # role -> the child's home inside its folder
 # Roles whose child runs code the evaluator did not write: confined. The candidate writes only its
@@ -111,15 +109,17 @@ class Spares:
         return Spare(child, root)
 
 
-def spare_sees(problem_root: Path | None) -> bool:
-    """Whether a spare reference, started before its problem was known, can read the problem's
-    folder: not below /tmp or /dev/shm (its view has empty ones of its own) and readable by others."""
+def spare_sees(problem_root: Path | None, ids: tuple[int, int] | None) -> bool:
+    """Whether a spare reference, started before its problem was known, can serve the problem: its
+    folder not below /tmp or /dev/shm (the spare's view has empty ones of its own), and `ids`, the
+    identity its reference needs (the evaluator's own where others may not read the folder), the
+    spare's."""
     if problem_root is None:
         return True
     real = os.path.realpath(problem_root)
     if any(real == m or real.startswith(m.rstrip("/") + "/") for m in map(os.fsdecode, SCRATCH_MOUNTS)):
         return False
-    return unprivileged_ids("reference") is None or readable_by_others(Path(real))
+    return ids == unprivileged_ids("reference")
 
 
 def discard(spare: Spare) -> None:
