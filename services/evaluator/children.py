@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from services.evaluator.config import EvalConfig
+from services.evaluator.harness.checks import checked_sets
 from services.evaluator.harness.correctness import Check
 from services.evaluator.outer_clock import OuterClock, Window
 from services.evaluator.protocol import (
@@ -184,9 +185,9 @@ class Checker:
         that does not answer is the evaluator's fault, never a verdict: `EvaluatorFault`."""
         if self._lost is None:
             began = time.perf_counter()
-            sets = range(self.rounds + max(0, runs)) if first is None else range(first, first + max(0, runs))
             in_gpu = {int(s) for s in (shared or {})}
-            files = open_sets(outputs_dir, index, [s for s in sets if s not in in_gpu])
+            files = open_sets(outputs_dir, index,
+                              [s for s in checked_sets(self.rounds, runs, first) if s not in in_gpu])
             try:
                 send_with_fds(self.child.channel, {"op": "check", "index": index, "runs": runs, "first": first,
                                                    "files": list(files), "shared": shared}, list(files.values()))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import socket
 from typing import Annotated, Any, Literal
 
@@ -58,14 +59,11 @@ def send_with_fds(sock: socket.socket, message: dict[str, Any], fds: list[int]) 
     checker, in a view of the file system that does not show the candidate's folder and as a user
     that may not read it, gets each output file already open."""
     line = json.dumps(message).encode() + b"\n"
-    chunks = [fds[i:i + FDS_PER_MESSAGE] for i in range(0, len(fds), FDS_PER_MESSAGE)] or [[]]
-    sent = socket.send_fds(sock, [line], chunks[0]) if chunks[0] else 0
-    if not chunks[0]:
-        sock.sendall(line)
-    elif sent < len(line):
-        sock.sendall(line[sent:])
-    for chunk in chunks[1:]:
-        socket.send_fds(sock, [FDS_MORE], chunk)
+    first, rest = fds[:FDS_PER_MESSAGE], fds[FDS_PER_MESSAGE:]
+    sent = socket.send_fds(sock, [line], first) if first else 0
+    sock.sendall(line[sent:])
+    for i in range(0, len(rest), FDS_PER_MESSAGE):
+        socket.send_fds(sock, [FDS_MORE], rest[i:i + FDS_PER_MESSAGE])
 
 
 def receive_with_fds(sock: socket.socket, limit: int, count_of: Any) -> tuple[bytes, list[int]]:
@@ -81,7 +79,7 @@ def receive_with_fds(sock: socket.socket, limit: int, count_of: Any) -> tuple[by
         data += chunk
         if len(data) > limit:
             raise ValueError(f"a request over {limit} bytes")
-    line, rest = bytes(data).split(b"\n", 1)
+    line = bytes(data).split(b"\n", 1)[0]
     wanted = count_of(line)
     while len(fds) < wanted:
         chunk, got, _flags, _ = socket.recv_fds(sock, 1, FDS_PER_MESSAGE + 3)
@@ -92,8 +90,6 @@ def receive_with_fds(sock: socket.socket, limit: int, count_of: Any) -> tuple[by
 
 
 def _closed(fds: list[int]) -> list[int]:
-    import os
-
     for fd in fds:
         os.close(fd)
     return []

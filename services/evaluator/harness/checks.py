@@ -25,6 +25,12 @@ def timed_runs(result: dict[str, Any], timed_sets: int) -> int:
     return runs if isinstance(runs, int) and 1 <= runs <= timed_sets else -1
 
 
+def checked_sets(rounds: int, runs: int, first: int | None = None) -> range:
+    """The set numbers a check reads: every correctness round and timed run, or with `first` (a
+    re-timed batch) the `runs` sets from `first`."""
+    return range(rounds + max(0, runs)) if first is None else range(first, first + max(0, runs))
+
+
 def check_sets(definition: Definition, tolerance: Tolerance, index: int, rounds: int, runs: int,
                outputs: Path | dict[int, int], expected_sets: dict[str, dict[str, Any]], device: torch.device,
                shared: dict[int, dict[str, Any]] | None = None, importer: Any = None,
@@ -41,7 +47,7 @@ def check_sets(definition: Definition, tolerance: Tolerance, index: int, rounds:
     the evaluator opened (`children.open_sets`); a set without one left no file."""
     worst_abs = worst_rel = 0.0
     ratio = 1.0
-    for s in range(rounds + max(0, runs)) if first is None else range(first, first + max(0, runs)):
+    for s in checked_sets(rounds, runs, first):
         name = f"w{index}_s{s}"
         expected = expected_sets[name]
         phase = "correctness round" if s < rounds else "timed run on input set"
