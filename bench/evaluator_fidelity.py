@@ -22,6 +22,7 @@ import atexit
 import csv
 import io
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -203,7 +204,8 @@ def main() -> None:
     config = EvalConfig(device="cuda", correctness_rounds=2, timing_sets=5, warmup_runs=5, timing_runs=100,
                         timing_budget_s=2.0, attempt_timeout_s=300, timed_bytes=2 << 30)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="ks-bench-", dir="/var/tmp") as tmp:
+        os.chmod(tmp, 0o755)  # its problems' references run as their own user, which must read them
         for name in args.kernels.split(","):
             body, axes, dtype, line = KERNELS[name]
             problem = load_problem(write_problem(Path(tmp), name, body, axes, dtype))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -144,7 +145,8 @@ def main() -> None:
     args = parser.parse_args()
     cases = [CASES[int(k)] for k in args.cases.split(",")] if args.cases else CASES
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="ks-bench-", dir="/var/tmp") as tmp:
+        os.chmod(tmp, 0o755)  # its problems' references run as their own user, which must read them
         problem = load_problem(write_problem(Path(tmp) / "problem"))
         cache = LocalStore(Path(tmp) / "store")
         spares = Spares(args.device, None)

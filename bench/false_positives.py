@@ -164,7 +164,8 @@ def main() -> None:
 
     settings = Settings.from_env(device=args.device)
     rows: list[dict] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="ks-bench-", dir="/var/tmp") as tmp:
+        os.chmod(tmp, 0o755)  # its problems' references run as their own user, which must read them
         honest: list[Honest] = []
         if not args.no_library:
             honest += library_seeds(args.device, args.max_workloads,
