@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup run test redis chromium postgresql compose clean
+.PHONY: setup run test redis chromium postgresql compose local-bases compose-test clean
 
 setup: $(STAMP) redis chromium
 
@@ -32,6 +32,15 @@ postgresql:
 # recommends it does not pull in the engine (16 small packages instead of about 290 MB).
 compose:
 	@command -v docker-compose >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends docker-compose; }
+
+# The CPU cluster under docker compose, end to end (docs/deploy.md, "make compose-test"): installs and
+# starts a Docker engine when missing, builds registry-free bases, runs a campaign through the stack,
+# crashes one container of each kind, checks nothing was lost.
+local-bases:
+	$(SUDO) docker/local-bases.sh
+
+compose-test: setup
+	$(PY) docker/compose_test.py $(COMPOSE_TEST_ARGS)
 
 run: setup
 	$(VENV)/bin/kernelswarm up --device cpu

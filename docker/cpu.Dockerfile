@@ -1,7 +1,8 @@
-# syntax=docker/dockerfile:1
 # The CPU image: planner, writers, web (gunicorn), flower and the one-shot `init`.
 #   docker build -f docker/cpu.Dockerfile -t kernelswarm-cpu .
 # PyTorch is the CPU build (the SOL model and the problem loader import it; no CUDA libraries here).
+# Without a registry: `docker/local-bases.sh` makes a Debian base with torch in /opt/venv
+# (PYTHON_IMAGE=kernelswarm-local/python-torch:...; docs/deploy.md, "Without a registry").
 # gunicorn and flower belong to this image only, not to the project's dependencies.
 ARG PYTHON_IMAGE=python:3.11.13-slim-bookworm
 FROM ${PYTHON_IMAGE}
@@ -23,8 +24,9 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends g++ \
  && rm -rf /var/lib/apt/lists/*
 
-RUN python -m venv /opt/venv \
- && pip install --index-url "${TORCH_INDEX}" "torch==${TORCH_VERSION}" \
+# A base that carries /opt/venv with torch already (docker/local-bases.sh makes one) keeps it.
+RUN { [ -x /opt/venv/bin/python ] || python -m venv /opt/venv; } \
+ && { python -c "import torch" 2>/dev/null || pip install --index-url "${TORCH_INDEX}" "torch==${TORCH_VERSION}"; } \
  && pip install "gunicorn==${GUNICORN_VERSION}" "flower==${FLOWER_VERSION}"
 
 # Dependencies first (a layer that changes only with pyproject.toml), then the code. The install is

@@ -268,14 +268,15 @@ def _kick(settings: Settings, campaign_id: int, verb: str) -> str:
     from kombu.exceptions import OperationalError
 
     from shared.celery_app import PLAN_TICK, make_celery
+    from shared.settings import without_password
 
     try:
         make_celery(settings).send_task(PLAN_TICK, args=[campaign_id], retry=True,
                                         retry_policy={"max_retries": 2, "interval_start": 0.2})
     except OperationalError as error:
-        raise_user(f"the campaign is RUNNING in the DB, but Redis at {settings.redis_url} did not take the tick "
-                   f"({error}); the planner picks it up at its next sweep")
-    return f"planner.tick sent through {settings.redis_url}"
+        raise_user(f"the campaign is RUNNING in the DB, but Redis at {without_password(settings.redis_url)} "
+                   f"did not take the tick ({error}); the planner picks it up at its next sweep")
+    return f"planner.tick sent through {without_password(settings.redis_url)}"
 
 
 def cmd_campaign_list(args: argparse.Namespace) -> int:

@@ -19,18 +19,20 @@ from shared.settings import PREFIX, Settings
 REPO = Path(__file__).resolve().parents[2]
 INFRA = {"redis", "postgres", "minio"}
 EVALUATORS = ["evaluator", *(f"evaluator-{gpu}" for gpu in range(1, 8))]
-APPS = {"init", "planner", "worker", "web", *EVALUATORS}
+CPU_EVALUATOR = "evaluator-cpu"  # profile `cpu`: the CPU stack (docker/compose.cpu.yml)
+APPS = {"init", "planner", "worker", "web", *EVALUATORS, CPU_EVALUATOR}
 LONG_RUNNING = (INFRA | APPS | {"flower"}) - {"init"}
 VOLUMES = {"redis": ("redis-data", "/data"), "postgres": ("postgres-data", "/var/lib/postgresql/data"),
            "minio": ("minio-data", "/data")}
 DOCKERFILES = [REPO / "docker" / "cpu.Dockerfile", REPO / "docker" / "gpu.Dockerfile"]
 
 
-def compose_config(env_file: Path) -> dict:
+def compose_config(env_file: Path, *overrides: str) -> dict:
     binary = shutil.which("docker-compose")
     if binary is None:
         pytest.fail("docker-compose not found: `make test` installs it (apt-get install docker-compose)")
-    ran = subprocess.run([binary, "-f", str(REPO / "docker-compose.yml"), "--env-file", str(env_file), "config"],
+    files = [arg for name in ("docker-compose.yml", *overrides) for arg in ("-f", str(REPO / name))]
+    ran = subprocess.run([binary, *files, "--env-file", str(env_file), "config"],
                          cwd=REPO, capture_output=True, text=True, timeout=120,
                          env={"PATH": "/usr/local/bin:/usr/bin:/bin"})  # nothing of ours leaks into it
     assert ran.returncode == 0, ran.stderr
@@ -114,7 +116,7 @@ def test_every_long_running_service_has_a_health_check(services: dict):
         assert check and check["test"][0] in ("CMD", "CMD-SHELL"), name
         assert not check.get("disable"), name
     assert "healthcheck" not in services["init"]
-    for name in ("planner", *EVALUATORS):  # a solo worker busy with one attempt is not unhealthy
+    for name in ("planner", *EVALUATORS, CPU_EVALUATOR):  # a solo worker busy with one attempt is not unhealthy
         check = services[name]["healthcheck"]
         interval_s = int(check["interval"].rstrip("s"))
         assert interval_s * check["retries"] >= 2 * Settings().attempt_timeout_s + 60, name
@@ -156,7 +158,7 @@ def test_every_service_builds_its_settings_from_its_environment(services: dict):
         assert settings.db_url.startswith("postgresql://") and "@postgres:5432/" in settings.db_url
         assert settings.broker_url.startswith("redis://") and "@redis:6379/" in settings.broker_url
         assert settings.object_store_url == "s3://kernelswarm" and settings.minio_endpoint == "minio:9000"
-        assert settings.device == "cuda"
+        assert settings.device == ("cpu" if name == CPU_EVALUATOR else "cuda")
 
 
 def test_infrastructure_credentials_match_what_services_use(services: dict):
@@ -198,7 +200,8 @@ def test_dockerfiles_pin_their_bases_and_run_as_a_user(dockerfile: Path):
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_the_build_context_holds_what_the_dockerfile_copies_and_no_more(dockerfile: Path):
-    ignore = Path(f"{dockerfile}.dockerignore").read_text().splitlines()
+    """The root .dockerignore: the legacy builder reads no <Dockerfile>.dockerignore."""
+    ignore = (REPO / ".dockerignore").read_text().splitlines()
     assert "*" in ignore  # everything out, then back in by name
     kept = {line[1:] for line in ignore if line.startswith("!")}
     copied = set()
@@ -223,3 +226,69 @@ def test_compose_passes_every_setting_in_env_example_to_the_services(services: d
     settable = set(re.findall(r"^(KERNELSWARM_\w+|OPENAI_\w+)=", text, re.M))
     for name in APPS:
         assert settable <= set(environment(services[name])), (name, settable - set(environment(services[name])))
+
+
+def dockerfile_args(dockerfile: Path) -> dict[str, str]:
+    return dict(re.findall(r"^ARG (\w+)=(\S+)$", dockerfile.read_text(), re.M))
+
+
+def test_the_cpu_evaluator_takes_the_cpu_queue_as_root_for_its_sandbox(services: dict):
+    service = services[CPU_EVALUATOR]
+    assert service["profiles"] == ["cpu"]
+    assert service["image"] == services["worker"]["image"] and service["build"] == services["worker"]["build"]
+    command = service["command"]
+    assert command[:4] == ["celery", "-A", "services.evaluator.entrypoint", "worker"]
+    assert option(command, "-Q") == evaluate_queue("cpu") == "evaluate"
+    assert option(command, "--pool") == "solo" and option(command, "--concurrency") == "1"
+    assert environment(service)["KERNELSWARM_DEVICE"] == "cpu"
+    assert service["user"] == "0:0" and service["cap_add"] == ["SYS_ADMIN"]
+    assert not gpu_devices(service)
+
+
+def test_the_cpu_file_turns_the_gpu_evaluator_off_and_changes_nothing_else(tmp_path: Path):
+    env_file = tmp_path / "empty.env"
+    env_file.write_text("")
+    base = compose_config(env_file)["services"]
+    cpu = compose_config(env_file, "docker/compose.cpu.yml")["services"]
+    assert cpu["evaluator"].pop("profiles") == ["gpu"]
+    assert cpu == base
+
+
+def test_the_s3_stand_in_takes_minios_place_with_its_volume_and_ports(tmp_path: Path):
+    env_file = tmp_path / "standin.env"
+    env_file.write_text("S3_IMAGE=kernelswarm-local/s3:s3rver-3.7.1\n")
+    base = compose_config(env_file)["services"]["minio"]
+    standin = compose_config(env_file, "docker/compose.cpu.yml", "docker/compose.s3-standin.yml")["services"]["minio"]
+    assert standin["image"] == "kernelswarm-local/s3:s3rver-3.7.1"
+    assert "--no-vhost-buckets" in standin["command"]  # the service's name is a host, not a bucket
+    assert standin["healthcheck"]["test"][0] == "CMD"
+    for key in ("volumes", "ports", "restart", "environment"):
+        assert standin[key] == base[key], key
+
+
+def test_every_base_is_a_variable_defaulting_to_the_pinned_upstream_one(services: dict, tmp_path: Path):
+    assert services["worker"]["build"]["args"]["PYTHON_IMAGE"] == \
+        dockerfile_args(REPO / "docker" / "cpu.Dockerfile")["PYTHON_IMAGE"]
+    assert services["evaluator"]["build"]["args"]["CUDA_IMAGE"] == \
+        dockerfile_args(REPO / "docker" / "gpu.Dockerfile")["CUDA_IMAGE"]
+    local = {"REDIS_IMAGE": "local/redis:1", "POSTGRES_IMAGE": "local/postgres:1", "MINIO_IMAGE": "local/minio:1",
+             "PYTHON_IMAGE": "local/python:1", "CUDA_IMAGE": "local/cuda:1", "REDIS_PORT": "16379"}
+    env_file = tmp_path / "local.env"
+    env_file.write_text("".join(f"{k}={v}\n" for k, v in local.items()))
+    resolved = compose_config(env_file)["services"]
+    assert [resolved[name]["image"] for name in ("redis", "postgres", "minio")] == \
+        ["local/redis:1", "local/postgres:1", "local/minio:1"]
+    assert all(resolved[name]["build"]["args"]["PYTHON_IMAGE"] == "local/python:1" for name in ("worker", "web"))
+    assert resolved["evaluator"]["build"]["args"]["CUDA_IMAGE"] == "local/cuda:1"
+    assert any(str(port.get("published")) == "16379" if isinstance(port, dict) else port.split(":")[-2] == "16379"
+               for port in resolved["redis"]["ports"])
+
+
+def test_local_bases_prints_the_variables_the_compose_files_read():
+    script = (REPO / "docker" / "local-bases.sh").read_text()
+    printed = set(re.findall(r"^(\w+_IMAGE)=", script.split('VARS="', 1)[1].split('"', 1)[0], re.M))
+    read = set()
+    for name in ("docker-compose.yml", "docker/compose.s3-standin.yml"):
+        read |= set(re.findall(r"\$\{(\w+_IMAGE)[:}-]", (REPO / name).read_text()))
+    assert printed == {"PYTHON_IMAGE", "REDIS_IMAGE", "POSTGRES_IMAGE", "S3_IMAGE"}
+    assert printed <= read
