@@ -85,7 +85,8 @@ def sudo() -> list[str]:
 # --- 1. the engine -------------------------------------------------------------------------------
 
 def engine() -> None:
-    missing = [tool for tool in ("docker", "docker-compose", "debootstrap") if shutil.which(tool) is None]
+    # dockerd too: a machine may have Docker's client without its engine.
+    missing = [tool for tool in ("docker", "dockerd", "docker-compose", "debootstrap") if shutil.which(tool) is None]
     if missing:
         say(f"installing {', '.join(missing)} (Debian's docker.io, docker-compose, debootstrap)")
         try:
@@ -101,8 +102,11 @@ def engine() -> None:
     log.parent.mkdir(parents=True, exist_ok=True)
     say(f"starting dockerd (log: {log.relative_to(REPO)})")
     with log.open("ab") as out:
-        subprocess.Popen([*sudo(), "dockerd"], stdout=out, stderr=out, stdin=subprocess.DEVNULL,
-                         start_new_session=True)
+        try:
+            subprocess.Popen([*sudo(), "dockerd"], stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                             start_new_session=True)
+        except OSError as error:
+            raise Skip(f"dockerd cannot be started: {error}") from error
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if run(["docker", "info"], check=False, quiet=True).returncode == 0:
