@@ -184,6 +184,9 @@ def write_env(path: Path, bases: dict[str, str], standin: bool) -> None:
         # Lost work found sooner than the defaults (15 s, 60 s): the restarts below lose some.
         "KERNELSWARM_SWEEP_EVERY_S": "5", "KERNELSWARM_LEASE_S": "30",
         "KERNELSWARM_WRITERS": "2",
+        # Fewer timed runs per workload than the default (20 runs, 1 s): this checks the stack, not
+        # kernels, and CI runs it beside the test suite on the same two cores.
+        "KERNELSWARM_TIMING_RUNS": "5", "KERNELSWARM_TIMING_BUDGET_S": "0.25",
         "WEB_WORKERS": "2",
     }
     for name in ("WEB_PORT", "REDIS_PORT", "POSTGRES_PORT", "MINIO_PORT", "MINIO_CONSOLE_PORT", "FLOWER_PORT"):

@@ -123,6 +123,15 @@ class HardwareSpec:
             current = _FALLBACK.get(current)
         raise ValueError(f"{self.name} has no rate for {wanted.value}")
 
+    def fastest_bandwidth_gbps(self) -> float:
+        """The larger of the datasheet's and the measured DRAM bandwidth (what T_sol is priced at)."""
+        return max(self.bandwidth_gbps(False), self.bandwidth_gbps(True))
+
+    def fastest_tflops(self, precision: Precision | str) -> float:
+        """The larger of the datasheet's and the measured rate for `precision` (what T_sol is priced
+        at: cuBLAS runs an H200's bf16 GEMM at about 813 TFLOP/s, above a calibration's 772)."""
+        return max(self.peak_tflops(precision, False), self.peak_tflops(precision, True))
+
     def peak_source(self, precision: Precision | str, use_measured: bool = True) -> str:
         """`"measured"` or `"datasheet"`: where `peak_tflops` took its number from."""
         wanted = as_precision(precision)

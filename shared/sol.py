@@ -10,8 +10,9 @@ definition's optional `sol` formulas (`{"flops": "2 * M * N * K", "bytes": "..."
 expressions). `estimate` prices it on a `shared.hardware` row, in one of two modes:
 - `ours`: matrix work at the tensor-core rate of its precision (the narrowest float dtype among the
   definition's inputs, the op's operands and any fp8/fp4 tensor the reference makes; fp32 at the
-  TF32 rate unless told otherwise); compulsory bytes at the tensors' own dtypes; measured ceilings
-  where the row carries them. Vector work (pointwise, reductions) is counted and timed at the FP32
+  TF32 rate unless told otherwise); compulsory bytes at the tensors' own dtypes; each ceiling the
+  faster of the datasheet's and the measured one where the row carries both (`ceilings="fastest"`,
+  so that no honest kernel beats T_sol; "measured" and "datasheet" price at one source only). Vector work (pointwise, reductions) is counted and timed at the FP32
   CUDA-core rate but bounds T_sol only on request: it is the reference's op count, not a minimum.
 - `solar`: the conventions behind SOL-ExecBench's published `sol_ms` (NVlabs/SOLAR, leaderboard
   setup): tensor-core work only; every non-quantised problem at the 16-bit rate and 2 bytes per
@@ -91,15 +92,18 @@ class SolEstimate:
     bound: Bound
     bandwidth_gbps: float
     matrix_tflops: float
-    ceilings: str  # "measured" or "datasheet": where the bandwidth came from
+    ceilings: str  # how it was priced: "fastest" (of datasheet and measured), "measured" or "datasheet"
     counted_on: str
 
     def as_dict(self) -> dict[str, Any]:
         return {k: (v.value if isinstance(v, Enum) else v) for k, v in self.__dict__.items()}
 
 
+CEILINGS = ("fastest", "measured", "datasheet")
+
+
 def estimate(work: WorkCount, hardware: HardwareSpec, mode: SolMode | str = SolMode.OURS, *,
-             use_measured: bool = True, fp32_matmul: Precision = Precision.TF32,
+             ceilings: str = "fastest", fp32_matmul: Precision = Precision.TF32,
              include_vector: bool = False) -> SolEstimate:
     """Price `work` on `hardware`.
 
@@ -108,28 +112,39 @@ def estimate(work: WorkCount, hardware: HardwareSpec, mode: SolMode | str = SolM
     reported; it bounds T_sol only with `include_vector`, because it is the reference's elementwise
     op count, which can exceed what a kernel needs (an fp4 quantisation emulated with masks, a
     causal mask built in memory) and T_sol must stay a lower bound.
+    `ceilings`: each bandwidth and rate the faster of the datasheet's and the measured one
+    ("fastest", the default: a measured ceiling below what a library kernel reaches would make
+    T_sol no bound), or one source only ("measured", where measured; "datasheet").
     `solar`: SOL-ExecBench's conventions, datasheet (or SOLAR) ceilings only."""
     mode = SolMode(mode)
     if mode is SolMode.SOLAR:
         return _estimate_solar(work, hardware)
-    bandwidth = hardware.bandwidth_gbps(use_measured)
+    if ceilings not in CEILINGS:
+        raise ValueError(f"ceilings must be one of {', '.join(CEILINGS)}, not {ceilings!r}")
+
+    def rate_of(precision: Precision) -> float:
+        if ceilings == "fastest":
+            return hardware.fastest_tflops(precision)
+        return hardware.peak_tflops(precision, ceilings == "measured")
+
+    bandwidth = (hardware.fastest_bandwidth_gbps() if ceilings == "fastest"
+                 else hardware.bandwidth_gbps(ceilings == "measured"))
     t_matrix, dominant, dominant_rate = 0.0, work.input_precision, 0.0
     for precision, flops in sorted(work.matrix_flops.items(), key=lambda item: item[1]):
         priced = fp32_matmul if precision is Precision.FP32 else precision
-        rate = hardware.peak_tflops(priced, use_measured)
+        rate = rate_of(priced)
         t_matrix += flops / (rate * 1e9)
         dominant, dominant_rate = priced, rate
-    t_vector = work.vector_flops / (hardware.peak_tflops(Precision.FP32, use_measured) * 1e9)
+    t_vector = work.vector_flops / (rate_of(Precision.FP32) * 1e9)
     t_memory = work.bytes_moved / (bandwidth * 1e6)
     times = {Bound.MATRIX: t_matrix, Bound.MEMORY: t_memory}
     if include_vector:
         times[Bound.VECTOR] = t_vector
     bound = max(times, key=times.get)
-    ceilings = "measured" if use_measured and hardware.measured_bandwidth_gbps else "datasheet"
+    priced_at = ceilings if hardware.calibrated else "datasheet"
     return SolEstimate(SolMode.OURS, hardware.name, dominant, work.total_matrix_flops, work.vector_flops,
                        work.bytes_moved, t_matrix, t_vector, t_memory, 0.0, times[bound], bound,
-                       bandwidth, dominant_rate or hardware.peak_tflops(dominant, use_measured), ceilings,
-                       work.counted_on)
+                       bandwidth, dominant_rate or rate_of(dominant), priced_at, work.counted_on)
 
 
 def hack_floor_ms(work: WorkCount, hardware: HardwareSpec) -> float:
@@ -142,12 +157,9 @@ def hack_floor_ms(work: WorkCount, hardware: HardwareSpec) -> float:
     the timer stopped (torch's add of 4M fp32 elements on an H100 took 14.2 us, 3.53 TB/s of reads
     plus writes against a 3.35 TB/s datasheet; its reads alone, 2.4 TB/s). A part whose L2 the table
     does not know is charged its reads only."""
-    def fastest(precision: Precision) -> float:
-        return max(hardware.peak_tflops(precision, False), hardware.peak_tflops(precision, True))
-
-    t_matrix = sum(flops / (fastest(Precision.BF16 if p in (Precision.FP32, Precision.FP64) else p) * 1e9)
-                   for p, flops in work.matrix_flops.items())
-    bandwidth = max(hardware.bandwidth_gbps(False), hardware.bandwidth_gbps(True))
+    t_matrix = sum(flops / (hardware.fastest_tflops(Precision.BF16 if p in (Precision.FP32, Precision.FP64) else p)
+                            * 1e9) for p, flops in work.matrix_flops.items())
+    bandwidth = hardware.fastest_bandwidth_gbps()
     deferred = work.write_bytes if hardware.l2_mib is None else min(work.write_bytes, int(hardware.l2_mib * 2**20))
     return max(t_matrix, (work.bytes_moved - deferred) / (bandwidth * 1e6))
 

@@ -433,3 +433,22 @@ def test_command_line_prints_every_workload(tmp_path: Path, capsys: pytest.Captu
     assert rows[0]["bound"] == "memory" and rows[0]["hardware"] == "H100 SXM"
     assert main([str(tmp_path), "--mode", "solar"]) == 0
     assert "B200 @ 1500 MHz (SOLAR)" in capsys.readouterr().out
+
+
+def test_t_sol_is_priced_at_the_faster_of_the_datasheet_and_the_measured_ceiling_of_each_unit():
+    """A calibration below the datasheet's bandwidth (HBM rarely reaches it) and above its bf16 rate
+    (as cuBLAS on an H200, 813 TFLOP/s against a measured 772): T_sol takes the faster of each, so
+    neither a memory-bound nor a matrix-bound honest kernel can beat it."""
+    calibrated = GPU.with_calibration(800.0, {"bfloat16": 120.0})
+    big = count_work(GEMM, random_workload(GEMM, M=8192))  # matrix-bound
+    fastest, measured, datasheet = (estimate(big, calibrated, ceilings=c) for c in ("fastest", "measured", "datasheet"))
+    assert fastest.matrix_tflops == 120.0 and fastest.bandwidth_gbps == 1000.0 and fastest.ceilings == "fastest"
+    assert measured.matrix_tflops == 120.0 and measured.bandwidth_gbps == 800.0
+    assert datasheet.matrix_tflops == 100.0 and datasheet.bandwidth_gbps == 1000.0
+    assert fastest.t_sol_ms <= min(measured.t_sol_ms, datasheet.t_sol_ms)
+    assert fastest.t_sol_ms == pytest.approx(big.total_matrix_flops / 120e9)
+    small = count_work(GEMM, random_workload(GEMM, M=1))  # memory-bound: the datasheet's bandwidth
+    assert estimate(small, calibrated).t_memory_ms == pytest.approx(small.bytes_moved / 1000e6)
+    assert estimate(small, calibrated, ceilings="measured").t_memory_ms == pytest.approx(small.bytes_moved / 800e6)
+    with pytest.raises(ValueError, match="ceilings"):
+        estimate(small, calibrated, ceilings="best")
