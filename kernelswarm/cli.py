@@ -13,7 +13,7 @@ from rich.table import Table
 
 from shared.errors import KernelSwarmError
 from shared.logs import configure_logging
-from shared.schema import load_problem, load_solution, oversized
+from shared.schema import load_problem, load_solution, missing_data_files, oversized
 from shared.schema.problem import find_problems
 from shared.settings import Settings
 
@@ -39,66 +39,93 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelswarm", description="A swarm of agents that makes GPU kernels faster.")
     commands = parser.add_subparsers(metavar="COMMAND")
 
-    p = commands.add_parser("eval", help="evaluate a solution on a problem, without any queue")
-    p.add_argument("problem_dir", type=Path)
-    p.add_argument("--solution", type=Path, required=True, help="solution.json")
+    p = command(commands, "eval", "evaluate a solution on a problem, without any queue",
+                "kernelswarm eval problems/llama31_8b_rmsnorm "
+                "--solution problems/llama31_8b_rmsnorm/solutions/pytorch_seed.json --max-workloads 3")
+    p.add_argument("problem_dir", type=Path, metavar="PROBLEM_DIR",
+                   help="the problem's folder (definition.json, workload.jsonl)")
+    p.add_argument("--solution", type=Path, required=True, metavar="FILE",
+                   help="the solution to evaluate: a SOL-ExecBench Solution JSON file")
     p.add_argument("--device", default=None, help="cpu or cuda (default: KERNELSWARM_DEVICE or cpu)")
-    p.add_argument("--max-workloads", type=int, default=None, metavar="N")
+    p.add_argument("--max-workloads", type=int, default=None, metavar="N",
+                   help="evaluate only the problem's first N workloads (default: all)")
     p.add_argument("--json", action="store_true", help="print the traces as JSONL on stdout")
-    p.add_argument("-o", "--output", type=Path, default=None, help="write the traces as JSONL to FILE")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE", help="write the traces as JSONL to FILE")
     p.set_defaults(handler=cmd_eval)
 
-    problems = commands.add_parser("problems", help="list or validate problems").add_subparsers(metavar="ACTION")
-    p = problems.add_parser("list", help="the problems under KERNELSWARM_PROBLEMS_DIR (default problems/)")
-    p.add_argument("--json", action="store_true")
+    problems = command(commands, "problems", "list or validate problems").add_subparsers(metavar="ACTION")
+    p = command(problems, "list", "the problems under KERNELSWARM_PROBLEMS_DIR (default problems/)")
+    p.add_argument("--json", action="store_true", help="print the problems as a JSON list on stdout")
     p.set_defaults(handler=cmd_problems_list)
-    p = problems.add_parser("validate", help="load problem folders and check them; runs nothing")
-    p.add_argument("paths", type=Path, nargs="+")
+    p = command(problems, "validate", "load problem folders and check them; runs nothing",
+                "kernelswarm problems validate problems/ ../shared/sol-execbench-sample/L1/*")
+    p.add_argument("paths", type=Path, nargs="+", metavar="PATH",
+                   help="a problem folder, or a folder with problem folders below it")
     p.set_defaults(handler=cmd_problems_validate)
 
-    p = commands.add_parser("up", help="start Redis, planner, writers, evaluator and web; run the default campaign")
-    p.add_argument("--device", default=None, help="cpu or cuda")
-    p.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds")
-    p.add_argument("--port", type=int, default=None, help="web port (default 8000)")
+    p = command(commands, "up", "start Redis, planner, writers, evaluator and web; run the default campaign",
+                "kernelswarm up --device cpu --duration 60")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: KERNELSWARM_DEVICE or cpu)")
+    p.add_argument("--duration", type=float, default=None, metavar="S",
+                   help="stop after S seconds (default: run until Ctrl-C)")
+    p.add_argument("--port", type=int, default=None, help="the web's port (default: KERNELSWARM_WEB_PORT or 8000)")
     p.set_defaults(handler=cmd_up)
 
-    p = commands.add_parser("token", help="print a new random submit token (for KERNELSWARM_SUBMIT_TOKEN)")
+    p = command(commands, "token", "print a new random submit token (for KERNELSWARM_SUBMIT_TOKEN)",
+                "export KERNELSWARM_SUBMIT_TOKEN=$(kernelswarm token)")
     p.set_defaults(handler=cmd_token)
 
-    p = commands.add_parser("leaderboard", help="the current leaderboard from the DB")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--campaign", type=int, default=None)
+    p = command(commands, "leaderboard", "the current leaderboard from the DB", "kernelswarm leaderboard --campaign 1")
+    p.add_argument("--json", action="store_true", help="print it as JSON on stdout (what /api/leaderboard serves)")
+    p.add_argument("--campaign", type=int, default=None, metavar="ID",
+                   help="only the campaign's problems, counting only its attempts (default: every problem)")
     p.set_defaults(handler=cmd_leaderboard)
     add_campaign_commands(commands)
     return parser
 
 
+def command(commands, name: str, summary: str, example: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand whose one-line `summary` is its line in its parent's help and the start of its
+    own, which ends with the example when there is one."""
+    return commands.add_parser(name, help=summary, description=summary,
+                               epilog=f"example:\n  {example}" if example else None,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def add_campaign_commands(commands) -> None:
     from services.planner.policy import DEFAULT_POLICY, POLICIES
 
-    campaigns = commands.add_parser("campaign", help="create, list, pause, resume or stop campaigns").add_subparsers(
+    campaigns = command(commands, "campaign", "create, list, pause, resume or stop campaigns").add_subparsers(
         metavar="ACTION")
-    p = campaigns.add_parser("create", help="a campaign over problems (default: every problem in the library)")
+    p = command(campaigns, "create", "a campaign over problems (default: every problem in the library)",
+                "kernelswarm campaign create llama31_8b_rmsnorm llama31_8b_swiglu --writers 4 --budget-gpu-s 3600")
     p.add_argument("problems", nargs="*", metavar="PROBLEM", help="problem names (library or submitted)")
-    p.add_argument("--name", default=None)
-    p.add_argument("--device", default=None, help="cpu or cuda (default: KERNELSWARM_DEVICE)")
-    p.add_argument("--writers", type=int, default=None, help="default: KERNELSWARM_WRITERS")
+    p.add_argument("--name", default=None,
+                   help="the campaign's name (default: campaign YYYY-MM-DD HH:MM, when it is created)")
+    p.add_argument("--device", default=None, help="cpu or cuda (default: KERNELSWARM_DEVICE or cpu)")
+    p.add_argument("--writers", type=int, default=None, metavar="N",
+                   help="assignments in flight at once (default: KERNELSWARM_WRITERS or 3)")
     p.add_argument("--attempts-per-assignment", type=int, default=None, metavar="N",
-                   help="default: KERNELSWARM_ATTEMPTS_PER_ASSIGNMENT")
-    p.add_argument("--policy", choices=POLICIES, default=DEFAULT_POLICY)
-    p.add_argument("--budget-attempts", type=int, default=None, metavar="N")
-    p.add_argument("--budget-gpu-s", type=float, default=None, metavar="S")
-    p.add_argument("--budget-tokens", type=int, default=None, metavar="N")
-    p.add_argument("--budget-wall-s", type=float, default=None, metavar="S")
+                   help="attempts a writer makes per assignment (default: KERNELSWARM_ATTEMPTS_PER_ASSIGNMENT or 4)")
+    p.add_argument("--policy", choices=POLICIES, default=DEFAULT_POLICY,
+                   help=f"how the planner picks problems (default: {DEFAULT_POLICY}; see docs/planner.md)")
+    p.add_argument("--budget-attempts", type=int, default=None, metavar="N",
+                   help="at most N attempts in all (default: no limit)")
+    p.add_argument("--budget-gpu-s", type=float, default=None, metavar="S",
+                   help="stop once the finished attempts took S GPU-seconds (default: no limit)")
+    p.add_argument("--budget-tokens", type=int, default=None, metavar="N",
+                   help="stop once the finished attempts spent N LLM tokens (default: no limit)")
+    p.add_argument("--budget-wall-s", type=float, default=None, metavar="S",
+                   help="stop S seconds after the campaign was created, paused time included (default: no limit)")
     p.set_defaults(handler=cmd_campaign_create)
-    p = campaigns.add_parser("list", help="campaigns with what they spent against their budgets")
-    p.add_argument("--json", action="store_true")
+    p = command(campaigns, "list", "campaigns with what they spent against their budgets")
+    p.add_argument("--json", action="store_true", help="print the campaigns as a JSON list on stdout")
     p.set_defaults(handler=cmd_campaign_list)
     for action, help_text in (("pause", "no new assignments; writers end theirs after the attempt in hand"),
                               ("resume", "running again (ticks the planner when KERNELSWARM_REDIS_URL is set)"),
                               ("stop", "stop for good")):
-        p = campaigns.add_parser(action, help=help_text)
-        p.add_argument("campaign_id", type=int, metavar="ID")
+        p = command(campaigns, action, help_text, f"kernelswarm campaign {action} 1")
+        p.add_argument("campaign_id", type=int, metavar="ID", help="the campaign's id (`kernelswarm campaign list`)")
         p.set_defaults(handler=cmd_campaign_control, action=action)
 
 
@@ -177,10 +204,10 @@ def cmd_problems_validate(args: argparse.Namespace) -> int:
             failures += 1
             err.print(f"[red]FAIL[/red] {folder}\n{error}", highlight=False)
             continue
-        too_large = oversized(problem, max_bytes)
-        if too_large:
+        errors = missing_data_files(problem) + oversized(problem, max_bytes)
+        if errors:
             failures += 1
-            err.print(f"[red]FAIL[/red] {folder}\n" + "\n".join(too_large), highlight=False)
+            err.print(f"[red]FAIL[/red] {folder}\n" + "\n".join(errors), highlight=False)
             continue
         err.print(f"[green]ok[/green]   {problem.name}: {len(problem.workloads)} workloads, "
                   f"{len(problem.seeds)} seed solutions", highlight=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -32,6 +33,7 @@ RESTART_WINDOW_S = 600.0
 RESTART_BACKOFF_S = 1.0  # the wait before each restart within the window: 0, 1, 2, 4, 8 s
 RESTART_BACKOFF_MAX_S = 30.0
 REDIS = "redis"  # the supervised name of the private redis-server
+WEB_LOGGER = "werkzeug"  # werkzeug's server logs each request there at INFO, and its own errors
 
 
 def free_port() -> int:
@@ -275,16 +277,19 @@ class Services:
 
 class WebServer:
     """The Flask app served by werkzeug in a thread of the launcher (no versions in its `Server` header);
-    its /status shows `processes`, when given (the launcher's supervised processes)."""
+    its /status shows `processes`, when given (the launcher's supervised processes). With `log_path`,
+    the server's log (a line per request) goes to that file only, not to the launcher's console,
+    which shows progress."""
 
     def __init__(self, settings: Settings, port: int,
-                 processes: Callable[[], list[SupervisedProcess]] | None = None) -> None:
+                 processes: Callable[[], list[SupervisedProcess]] | None = None, log_path: Path | None = None) -> None:
         from services.web import create_app, status
         from services.web.serving import make_server
 
         app = create_app(settings)
         if processes is not None:
             status.show_processes(app, processes)
+        self.log_handler = _log_only_to(log_path) if log_path is not None else None
         self.server = make_server("127.0.0.1", port, app)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -292,6 +297,23 @@ class WebServer:
     def stop(self) -> None:
         self.server.shutdown()
         self.thread.join(timeout=5)
+        if self.log_handler is not None:
+            logger = logging.getLogger(WEB_LOGGER)
+            logger.removeHandler(self.log_handler)
+            logger.propagate = True
+            self.log_handler.close()
+
+
+def _log_only_to(path: Path) -> logging.Handler:
+    """The web server's logger writes to `path` (appended) and no longer passes its lines on to the
+    root logger's handlers (the console)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    logger = logging.getLogger(WEB_LOGGER)
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    return handler
 
 
 def console() -> Console:

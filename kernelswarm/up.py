@@ -57,7 +57,7 @@ def run_up(settings: Settings, duration_s: float | None) -> int:
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.update(signal=True))
     try:
         services.start()
-        web = WebServer(settings, settings.web_port, services.states)
+        web = WebServer(settings, settings.web_port, services.states, log_path=services.log_of("web"))
         out.print(f"[bold]KernelSwarm[/bold] campaign {campaign_id} over {len(problems)} problems on "
                   f"{settings.device}; web at http://127.0.0.1:{settings.web_port}/ ; logs in "
                   f"{settings.home / 'logs'}; Ctrl-C stops", highlight=False)

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from shared.db.models import AttemptRow, CampaignProblemRow, CampaignRow, ProblemRow, SolutionRow, TraceRow
 from shared.errors import NotFoundError
+from shared.repository import REFERENCE_AUTHOR
 
 IN_FLIGHT = ("PENDING", "RUNNING")
 PASSED = "PASSED"
@@ -36,7 +37,8 @@ class LeaderboardEntry(BaseModel):
     `language`, `author`, `model` and `last_improvement_at` describe it and are None when the problem
     has no PASSED attempt (`sol_score` and `speedup_over_baseline` also while the SOL model has not
     scored it). `status` is PASSED if any attempt passed, else the latest finished attempt's status,
-    else NO_ATTEMPTS."""
+    else NO_ATTEMPTS. `solved` only when a solution other than the problem's reference passed (the
+    reference's own PASSED check, on submission, solves nothing)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -45,6 +47,7 @@ class LeaderboardEntry(BaseModel):
     source_model: str | None  # the definition's hf_id: the model the problem was cut from
     attempts: int  # finished attempts (in the campaign, when one is given)
     passed_attempts: int
+    solved: bool  # an attempt of a solution other than the reference (author `reference`) PASSED
     tokens: int  # spent on the finished attempts
     gpu_seconds: float
     best_attempt_id: str | None
@@ -67,7 +70,7 @@ class LeaderboardSummary(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     problems: int
-    solved: int
+    solved: int  # problems with `solved` entries: a solution other than the reference PASSED
     geomean_speedup_over_baseline: float | None
     beating_baseline: float  # share of problems faster than T_b
     above_2x_baseline: float
@@ -96,6 +99,7 @@ class ProblemFigures:
     source_model: str | None
     attempts: int
     passed_attempts: int
+    solved: bool
     tokens: int
     gpu_seconds: float
     best_attempt_id: str | None
@@ -212,21 +216,25 @@ def _finished_at():
 
 
 def _latest_query(campaign_id: int | None, problem_ids: list[int] | None) -> Select:
-    """Per problem: finished and PASSED counts, tokens and GPU seconds, and the status and time of
-    the latest finished attempt."""
+    """Per problem: finished and PASSED counts (all, and those of solutions other than the
+    reference), tokens and GPU seconds, and the status and time of the latest finished attempt."""
     by_problem = {"partition_by": AttemptRow.problem_id}
     latest_first = (_finished_at().desc(), AttemptRow.created_at.desc(), AttemptRow.id.desc())
+    passed = AttemptRow.status == PASSED
     ranked = _finished_attempts(
         select(
             AttemptRow.problem_id,
             AttemptRow.status,
             _finished_at().label("finished_at"),
             func.count().over(**by_problem).label("attempts"),
-            func.sum(case((AttemptRow.status == PASSED, 1), else_=0)).over(**by_problem).label("passed"),
+            func.sum(case((passed, 1), else_=0)).over(**by_problem).label("passed"),
+            func.sum(case((passed & (SolutionRow.author != REFERENCE_AUTHOR), 1), else_=0))
+            .over(**by_problem).label("passed_not_reference"),
             func.sum(AttemptRow.tokens).over(**by_problem).label("tokens"),
             func.sum(AttemptRow.gpu_seconds).over(**by_problem).label("gpu_seconds"),
             func.row_number().over(**by_problem, order_by=latest_first).label("rank"),
-        ),
+        )
+        .join(SolutionRow, SolutionRow.hash == AttemptRow.solution_hash),
         campaign_id, problem_ids,
     ).subquery()
     return select(ranked).where(ranked.c.rank == 1)
@@ -297,6 +305,7 @@ def _figures(source_model: str | None, counts, best, over_baseline: dict[str, fl
         source_model=source_model,
         attempts=counts.attempts if counts is not None else 0,
         passed_attempts=int(counts.passed or 0) if counts is not None else 0,
+        solved=bool(counts.passed_not_reference) if counts is not None else False,
         tokens=int(counts.tokens or 0) if counts is not None else 0,
         gpu_seconds=float(counts.gpu_seconds or 0.0) if counts is not None else 0.0,
         best_attempt_id=best.id if best is not None else None,
@@ -336,7 +345,7 @@ def summarize(entries: list[LeaderboardEntry]) -> LeaderboardSummary:
 
     return LeaderboardSummary(
         problems=total,
-        solved=sum(1 for e in entries if e.best_attempt_id is not None),
+        solved=sum(1 for e in entries if e.solved),
         geomean_speedup_over_baseline=geomean(over_baseline) if over_baseline else None,
         beating_baseline=share(over_baseline, 1.0),
         above_2x_baseline=share(over_baseline, 2.0),
@@ -364,6 +373,7 @@ def render_table(board: Leaderboard) -> Table:
     table.add_column("status")
     table.add_column("passed/attempts", justify="right")
     table.add_column("language")
+    table.add_column("model")
     table.add_column("author")
     for rank, entry in enumerate(board.problems, start=1):
         table.add_row(
@@ -377,7 +387,8 @@ def render_table(board: Leaderboard) -> Table:
             _styled_status(entry.status),
             f"{entry.passed_attempts}/{entry.attempts}",
             entry.language or "",
-            entry.model or entry.author or "",
+            entry.model or "—",
+            entry.author or "",
         )
     return table
 

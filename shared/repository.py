@@ -20,6 +20,7 @@ FINISHED = "FINISHED"  # not a status: the set of statuses other than PENDING an
 IN_FLIGHT = ("PENDING", "RUNNING")
 PASSED = "PASSED"
 PARTIAL = "PARTIAL"  # passed the workloads it ran, which were not all of them: never ranked as a record
+REFERENCE_AUTHOR = "reference"  # the author of a problem's reference run as a solution (its check on submission)
 # The evaluators' faults (a full disk, a lost checker, a CUDA context not made, the store down)
 # outlasted every retry: no verdict. Not a trace status; counted for no problem and no writer.
 NOT_EVALUATED = "NOT_EVALUATED"

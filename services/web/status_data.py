@@ -1,6 +1,6 @@
 """What the status page shows: queue depths (Redis), workers that answer a Celery ping, evaluators
-seen recently in the DB and their faults (Redis, `shared.health`), throughput, recent errors and
-the campaigns."""
+busy with an attempt or seen recently in the DB and their faults (Redis, `shared.health`),
+throughput, recent errors and the campaigns."""
 
 from __future__ import annotations
 
@@ -43,8 +43,21 @@ class OnlineWorker(BaseModel):
     role: str  # planner, writers, evaluator or other
 
 
+class BusyEvaluator(BaseModel):
+    """An evaluator that holds a RUNNING attempt, per the DB. An evaluator runs with `--pool solo`:
+    while it evaluates it answers no ping, so the ping alone would not list it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str  # Celery's node name, `evaluator@<host>`
+    device: str
+    attempt_id: str
+    problem: str
+    started_at: datetime | None
+
+
 class RecentEvaluator(BaseModel):
-    """A worker that finished attempts in the last RECENT_WORKER_WINDOW, per the DB."""
+    """An evaluator that finished attempts in the last RECENT_WORKER_WINDOW, per the DB."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -123,6 +136,7 @@ class StatusReport(BaseModel):
     queues: list[QueueDepth] | None
     workers_online: list[OnlineWorker] | None
     redis_error: str | None
+    busy_evaluators: list[BusyEvaluator]
     recent_evaluators: list[RecentEvaluator]
     throughput: Throughput
     recent_errors: list[RecentError]
@@ -149,8 +163,9 @@ def status_report(session: Session, client: redis.Redis | None, celery: Celery |
             error = f"Redis unreachable: {failure}"
     return StatusReport(
         generated_at=datetime.now(timezone.utc), queues=queues, workers_online=workers, redis_error=error,
-        recent_evaluators=_recent_evaluators(session), throughput=_throughput(session),
-        recent_errors=_recent_errors(session), campaigns=campaigns, processes=processes, evaluator_faults=faults,
+        busy_evaluators=_busy_evaluators(session), recent_evaluators=_recent_evaluators(session),
+        throughput=_throughput(session), recent_errors=_recent_errors(session), campaigns=campaigns,
+        processes=processes, evaluator_faults=faults,
     )
 
 
@@ -168,15 +183,29 @@ def online_workers(celery: Celery) -> list[OnlineWorker]:
     return [OnlineWorker(name=name, role=ROLES.get(name.split("@")[0], "other")) for name in sorted(replies)]
 
 
+def _busy_evaluators(session: Session) -> list[BusyEvaluator]:
+    """The RUNNING attempts and the evaluators that hold them (`attempts.evaluator`, set when one
+    takes an attempt), oldest first."""
+    rows = session.execute(
+        select(AttemptRow.evaluator, AttemptRow.device, AttemptRow.id, ProblemRow.name, AttemptRow.started_at)
+        .join(ProblemRow, ProblemRow.id == AttemptRow.problem_id)
+        .where(AttemptRow.status == "RUNNING", AttemptRow.evaluator.is_not(None))
+        .order_by(AttemptRow.started_at, AttemptRow.evaluator)
+    ).all()
+    return [BusyEvaluator(name=r.evaluator, device=r.device, attempt_id=r.id, problem=r.name,
+                          started_at=as_utc(r.started_at)) for r in rows]
+
+
 def _recent_evaluators(session: Session) -> list[RecentEvaluator]:
+    """By `attempts.evaluator`, the node that ran the attempt (`attempts.worker` is the writer's host)."""
     since = utcnow() - RECENT_WORKER_WINDOW
     rows = session.execute(
-        select(AttemptRow.worker, AttemptRow.device, func.max(AttemptRow.hardware).label("hardware"),
+        select(AttemptRow.evaluator, AttemptRow.device, func.max(AttemptRow.hardware).label("hardware"),
                func.count().label("attempts"), func.max(AttemptRow.finished_at).label("last_seen"))
-        .where(AttemptRow.finished_at >= since, AttemptRow.worker.is_not(None))
-        .group_by(AttemptRow.worker, AttemptRow.device).order_by(AttemptRow.worker)
+        .where(AttemptRow.finished_at >= since, AttemptRow.evaluator.is_not(None))
+        .group_by(AttemptRow.evaluator, AttemptRow.device).order_by(AttemptRow.evaluator)
     ).all()
-    return [RecentEvaluator(worker=r.worker, device=r.device, hardware=r.hardware, attempts=r.attempts,
+    return [RecentEvaluator(worker=r.evaluator, device=r.device, hardware=r.hardware, attempts=r.attempts,
                             last_seen=as_utc(r.last_seen)) for r in rows]
 
 

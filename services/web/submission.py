@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from shared.db import CampaignProblemRow, CampaignRow, Database, ProblemRow, utcnow
 from shared.errors import FormatError, UserError
-from shared.repository import create_attempt, put_solution, upsert_problem
+from shared.repository import REFERENCE_AUTHOR, create_attempt, put_solution, upsert_problem
 from shared.schema import (
     BuildSpec, Hardware, Language, Problem, SafetensorsInput, Solution, SourceFile, load_problem, oversized,
 )
@@ -148,7 +148,7 @@ def _check_storable(problem: Problem) -> None:
 def reference_solution(problem: Problem) -> Solution:
     """The reference as a `pytorch` solution that returns its outputs (not destination passing)."""
     return Solution(
-        name=f"{problem.name}_reference", definition=problem.name, author="reference",
+        name=f"{problem.name}_reference", definition=problem.name, author=REFERENCE_AUTHOR,
         description="The problem's PyTorch reference, run in the sandbox when the problem was submitted.",
         spec=BuildSpec(languages=[Language.PYTORCH], target_hardware=list(Hardware),
                        entry_point=f"{REFERENCE_FILE}::run", destination_passing_style=False),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 from flask import Blueprint, Response, jsonify, render_template, request, url_for
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from services.web import auth
 from services.web.backends import get_backends, get_settings
@@ -12,6 +13,7 @@ from services.web.db import get_db
 from services.web.submission import (
     DEFINITION,
     MAX_BYTES,
+    MAX_REQUEST_BYTES,
     WORKLOADS,
     Accepted,
     SendEvaluate,
@@ -22,6 +24,9 @@ from services.web.submission import (
 from shared.celery_app import send_evaluate
 
 bp = Blueprint("submit", __name__)
+REQUEST_LIMIT = f"{MAX_REQUEST_BYTES // 2**20} MiB"  # MAX_REQUEST_BYTES has 64 KiB more, for the form's other fields
+FIELD_LIMITS = (f"definition.json at most {MAX_BYTES[DEFINITION] // 1024} KiB, "
+                f"workload.jsonl at most {MAX_BYTES[WORKLOADS] // 1024} KiB")
 
 
 @bp.get("/submit")
@@ -64,6 +69,15 @@ def api_submit() -> tuple[Response, int]:
     return jsonify(name=accepted.name, problem_id=accepted.problem_id, workloads=accepted.workloads,
                    attempt_ids=accepted.attempt_ids, campaign_ids=accepted.campaign_ids, queued=accepted.queued,
                    url=url_for("problems.show", name=accepted.name)), 201
+
+
+@bp.errorhandler(RequestEntityTooLarge)
+def too_large(_error: RequestEntityTooLarge) -> tuple[Response | str, int]:
+    """A request over MAX_REQUEST_BYTES is refused before it is read (Werkzeug stops at the limit),
+    so the form cannot be shown again with its text: say so, and what to do."""
+    if request.path.startswith("/api/"):
+        return jsonify(error=f"the request is larger than {REQUEST_LIMIT}: {FIELD_LIMITS}", status=413), 413
+    return render_template("submit/too_large.html", request_limit=REQUEST_LIMIT, field_limits=FIELD_LIMITS), 413
 
 
 def _accept(texts: dict[str, str]) -> Accepted:

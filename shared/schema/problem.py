@@ -10,7 +10,7 @@ from shared.errors import FormatError
 from shared.schema.base import child_path, parse_model, read_json, read_jsonl, shown
 from shared.schema.definition import AxisVar, Definition, DType
 from shared.schema.solution import Solution
-from shared.schema.workload import CustomInput, ScalarInput, Workload
+from shared.schema.workload import CustomInput, SafetensorsInput, ScalarInput, Workload
 
 
 @dataclass(frozen=True)
@@ -119,6 +119,30 @@ def oversized(problem: Problem, max_bytes: int) -> list[str]:
             named = ", ".join(f"`{shown(n)}` {_gib(b)}" for n, b in largest)
             lines.append(f"workload {number} ({shown(workload.uuid)}): its tensors take {_gib(total)}, over the "
                          f"budget of {_gib(max_bytes)} (KERNELSWARM_MAX_WORKLOAD_BYTES); largest: {named}")
+    return lines
+
+
+def missing_data_files(problem: Problem) -> list[str]:
+    """A line for each safetensors file that workloads name as input data and that is not there (a
+    relative path is taken from the problem's folder), with the inputs and workloads that need it;
+    empty when all are there. Without those files the evaluator cannot make the workloads' inputs."""
+    needed: dict[str, tuple[dict[int, str], dict[str, None]]] = {}  # path -> (number -> uuid, input names)
+    for number, workload in enumerate(problem.workloads, 1):
+        for name, spec in workload.inputs.items():
+            if isinstance(spec, SafetensorsInput):
+                workloads, inputs = needed.setdefault(spec.path, ({}, {}))
+                workloads[number] = workload.uuid
+                inputs[name] = None
+    lines = []
+    for path, (workloads, inputs) in needed.items():
+        file = Path(path) if Path(path).is_absolute() or problem.root is None else problem.root / path
+        if file.is_file():
+            continue
+        (number, uuid), *others = workloads.items()
+        names = ", ".join(f"`{shown(name)}`" for name in inputs)
+        more = f" and {len(others)} more workload{'s' if len(others) > 1 else ''}" if others else ""
+        lines.append(f"{shown(path, 1000)}: no such file (safetensors data of {names} in workload {number} "
+                     f"({shown(uuid)}){more})")
     return lines
 
 

@@ -21,6 +21,7 @@ PROBLEMS = REPO / "problems"
 RMSNORM = PROBLEMS / "llama31_8b_rmsnorm"
 SAMPLE = REPO.parent / "shared" / "sol-execbench-sample"
 SAMPLE_SIZE = 30
+BLOBS_PROBLEM = "016_gqa_ragged_prefill_causal_h32_kv4_d128"  # the sample's one problem with safetensors inputs
 
 # A fast evaluation: the CLI reads its settings from KERNELSWARM_* like every entry point.
 FAST_ENV = {
@@ -183,10 +184,42 @@ def test_eval_rejects_zero_workloads(capsys: pytest.CaptureFixture[str]) -> None
 
 @pytest.mark.skipif(not SAMPLE.is_dir(), reason=f"SOL-ExecBench sample not found at {SAMPLE}")
 def test_validate_the_sol_execbench_sample() -> None:
+    """Every problem loads; the one whose workloads take inputs from safetensors blobs that the sample
+    does not hold fails, naming each missing file."""
     ran = kernelswarm("problems", "validate", SAMPLE)
-    assert ran.code == 0, ran.stderr
-    assert f"{SAMPLE_SIZE} of {SAMPLE_SIZE} problems valid" in ran.stderr
-    assert "FAIL" not in ran.stderr
+    assert ran.code == 1, ran.stderr
+    assert f"{SAMPLE_SIZE - 1} of {SAMPLE_SIZE} problems valid" in ran.stderr
+    [failed] = [line for line in ran.stderr.splitlines() if line.startswith("FAIL")]
+    assert failed == f"FAIL {SAMPLE / 'FlashInfer-Bench' / BLOBS_PROBLEM}"
+    missing = [line for line in ran.stderr.splitlines() if ": no such file (safetensors data of" in line]
+    assert len(missing) == 15  # a file per workload
+    assert missing[0] == (
+        f"data/flashinfer-trace/blob/workloads/gqa_ragged/{BLOBS_PROBLEM[4:]}/{BLOBS_PROBLEM[4:]}_"
+        "ea71541de7204f1eb20bde1415795cc9.safetensors: no such file (safetensors data of `qo_indptr`, "
+        "`kv_indptr` in workload 1 (ebf7188b-4b31-4746-b57b-fa25b53f5e3e))")
+
+
+def test_validate_reports_each_missing_safetensors_file(tmp_path: Path) -> None:
+    def from_file(path: str, key: str) -> dict:
+        return {"type": "safetensors", "path": path, "tensor_key": key}
+
+    workloads = tuple({"uuid": f"w{i}", "axes": {"n": 8}, "inputs": {"x": from_file(x, "x"), "w": from_file(w, "w")}}
+                      for i, (x, w) in enumerate([("data/x.safetensors", "data/w.safetensors"),
+                                                  ("data/x.safetensors", "data/here.safetensors")], start=1))
+    folder = write_problem(tmp_path / "scale", workloads=workloads)
+    (folder / "data").mkdir()
+    (folder / "data" / "here.safetensors").write_bytes(b"")
+    ran = kernelswarm("problems", "validate", folder)
+    assert ran.code == 1
+    assert f"FAIL {folder}" in ran.stderr and "0 of 1 problems valid" in ran.stderr
+    missing = [line for line in ran.stderr.splitlines() if "no such file" in line]
+    assert missing == ["data/x.safetensors: no such file (safetensors data of `x` in workload 1 (w1) and 1 more "
+                       "workload)",
+                       "data/w.safetensors: no such file (safetensors data of `w` in workload 1 (w1))"]
+
+    (folder / "data" / "x.safetensors").write_bytes(b"")
+    (folder / "data" / "w.safetensors").write_bytes(b"")
+    assert kernelswarm("problems", "validate", folder).code == 0
 
 
 def test_validate_our_problems(capsys: pytest.CaptureFixture[str]) -> None:

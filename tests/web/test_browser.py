@@ -229,6 +229,22 @@ def test_submit_refuses_an_invalid_problem_beside_its_field(site, browser, shots
         assert session.scalar(select(ProblemRow.id).where(ProblemRow.name == NEW_PROBLEM["name"])) is None
 
 
+def test_submit_refuses_a_field_over_its_limit_in_the_browser_and_keeps_the_text(site, browser):
+    """3 MiB pasted: over the field's limit and over the whole request's, which the server would not read."""
+    browser.get(site.url + "/submit")
+    _paste(browser, "definition", json.dumps(NEW_PROBLEM, indent=2))
+    pasted = "".join(json.dumps(w) + "\n" for w in WORKLOADS) * (3 * 1024 * 1024 // 200)
+    _paste(browser, "workloads", pasted)
+    browser.find_element(By.ID, "submit-button").click()
+
+    errors = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#errors-workloads li"))
+    assert errors[0].text.startswith("workload.jsonl is larger than 1024 KiB (")
+    assert errors[0].text.endswith("KiB): nothing was sent, the text is still here")
+    assert browser.find_element(By.ID, "workloads").get_attribute("value") == pasted
+    assert "has-error" in browser.find_element(By.ID, "field-workloads").get_attribute("class")
+    assert not browser.find_elements(By.CSS_SELECTOR, "#errors-definition li")
+
+
 def test_submit_a_valid_problem_from_files(site, browser, shots, tmp_path):
     definition, workloads = tmp_path / "definition.json", tmp_path / "workload.jsonl"
     definition.write_text(json.dumps(NEW_PROBLEM, indent=2))

@@ -147,6 +147,22 @@ def test_summary_counts_solved_and_geomean(db, seed):
     assert summary.above_2x == pytest.approx(0.25)
 
 
+def test_a_problem_whose_only_pass_is_its_reference_is_not_solved(db, seed):
+    """The reference's check on submission (a `pytorch` solution by `reference`) passing solves nothing."""
+    only_reference = seed.problem("only_reference")
+    seed.attempt(only_reference, "PASSED", speedup=1.0, latency_ms=1.0, language="pytorch", author="reference")
+    also_a_writer = seed.problem("also_a_writer")
+    seed.attempt(also_a_writer, "PASSED", speedup=1.0, latency_ms=1.0, language="pytorch", author="reference")
+    seed.attempt(also_a_writer, "PASSED", speedup=0.9, latency_ms=1.1, author="kernelswarm-tuner")  # slower
+
+    board = board_of(db)
+    entries = by_name(board)
+
+    assert not entries["only_reference"].solved and entries["also_a_writer"].solved
+    assert entries["only_reference"].status == "PASSED" and entries["only_reference"].passed_attempts == 1
+    assert (board.summary.problems, board.summary.solved) == (2, 1)
+
+
 def test_render_table_has_a_row_per_problem(db, seed):
     seed.attempt(seed.problem("rmsnorm"), "PASSED", speedup=3.25, latency_ms=0.5, language="cuda")
     seed.attempt(seed.problem("topk"), "TIMEOUT")
@@ -160,6 +176,17 @@ def test_render_table_has_a_row_per_problem(db, seed):
     assert "rmsnorm" in text and "3.25x" in text and "PASSED" in text
     assert "topk" in text and "TIMEOUT" in text
     assert text.index("rmsnorm") < text.index("topk")
+
+
+def test_render_table_shows_the_model_or_a_dash_and_the_author_apart(db, seed):
+    seed.attempt(seed.problem("by_llm"), "PASSED", speedup=3.0, author="llm-writer", model="gpt-oss-120b")
+    seed.attempt(seed.problem("by_tuner"), "PASSED", speedup=2.0, author="kernelswarm-tuner")  # no model
+
+    columns = {column.header: list(column.cells) for column in render_table(board_of(db)).columns}
+
+    assert columns["problem"] == ["by_llm", "by_tuner"]
+    assert columns["model"] == ["gpt-oss-120b", "—"]
+    assert columns["author"] == ["llm-writer", "kernelswarm-tuner"]
 
 
 def test_passed_without_speedup_ranks_after_speedups_but_before_unsolved(db, seed):

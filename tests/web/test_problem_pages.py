@@ -64,6 +64,18 @@ def test_page_shows_every_section(client, rmsnorm):
     assert "0.7000" not in html and "0.700" in html  # SOL score with three digits
 
 
+def test_the_model_column_shows_the_model_or_a_dash_and_the_author_has_its_own(client, rmsnorm):
+    html = client.get(f"/problems/{RMSNORM}").get_data(as_text=True)
+
+    def cells(attempt_id: str) -> list[str]:
+        row = re.search(rf'<tr id="attempt-{attempt_id}">(.*?)</tr>', html, re.S).group(1)
+        return [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
+
+    model, author = 8, 9  # attempt, finished, status, latency, speedup, SOL, language, parent, model, author
+    assert (cells(rmsnorm["best"])[model], cells(rmsnorm["best"])[author]) == ("gpt-oss-120b", "kernelswarm-seed")
+    assert (cells(rmsnorm["failed"])[model], cells(rmsnorm["failed"])[author]) == ("—", "writer-1")
+
+
 def test_chart_draws_each_finished_attempt_and_names_it(client, rmsnorm):
     html = client.get(f"/problems/{RMSNORM}").get_data(as_text=True)
     svg = html[html.index('<svg class="history"'):html.index("</svg>")]
@@ -168,11 +180,26 @@ def test_chart_of_speedups_marks_the_reference_and_steps_up_only():
                                                          ("PASSED", 1.2, 1.5), ("PASSED", 3.0, 3.0)])]
     svg = str(history_svg(History(metric="speedup", total_attempts=4, points=points), "speedup"))
 
-    assert svg.count("<circle") == 3 and svg.count("pt-fail") == 1
+    assert svg.count('class="pt pt-pass"') == 3 and svg.count('class="pt pt-fail"') == 1
     assert ">reference<" in svg and "hardware limit" not in svg
     step = re.search(r'<path class="best" d="([^"]+)"', svg).group(1)
     assert step.startswith("M") and step.count("V") == 1  # one improvement after the first
     assert json.dumps("a3")[1:-1] in svg
+
+
+def test_chart_draws_partial_attempts_with_a_marker_of_their_own_named_in_the_legend():
+    """A PARTIAL attempt (a rung of the tuner's successive halving) is no failure: a diamond, not a cross."""
+    points = [HistoryPoint(attempt_id=f"a{i}", at=T0.replace(minute=i), status=status, value=value, best_so_far=best)
+              for i, (status, value, best) in enumerate([("PARTIAL", None, None), ("COMPILE_ERROR", None, None),
+                                                         ("PASSED", 0.6, 0.6), ("PARTIAL", None, 0.6)])]
+    svg = str(history_svg(History(metric="sol_score", total_attempts=4, points=points), "SOL score"))
+
+    assert svg.count('class="pt pt-partial"') == 2 and svg.count('class="pt pt-fail"') == 1
+    assert re.search(r'<path class="pt pt-partial"[^>]*data-attempt="a0"><title>attempt a0 · PARTIAL', svg)
+    legend = svg[svg.index('<g class="legend">'):svg.index("</g>")]
+    for kind, meaning in (("pass", "passed"), ("partial", "partial: passed the workloads it ran, not all"),
+                          ("fail", "failed"), ("best", "best so far")):
+        assert f'class="key key-{kind}"' in legend and f">{meaning}" in legend
 
 
 def test_chart_without_attempts():

@@ -45,7 +45,8 @@ def test_api_status_reports_queues_throughput_errors_and_campaigns(web, seed, qu
     campaign = seed.campaign([p], name="nightly", device="h200")
     now = utcnow()
     for minutes, status in ((5, "PASSED"), (20, "PASSED"), (30, "COMPILE_ERROR"), (180, "TIMEOUT")):
-        seed.attempt(p, status, finished_at=now - timedelta(minutes=minutes), worker="evaluator@gpu-1",
+        seed.attempt(p, status, finished_at=now - timedelta(minutes=minutes), worker="writer-host",
+                     evaluator="evaluator@gpu-1",
                      message=None if status == "PASSED" else f"{status} detail", campaign_id=campaign)
     seed.attempt(p, "RUNNING")
     queues.rpush("evaluate", b"x", b"y")
@@ -62,6 +63,7 @@ def test_api_status_reports_queues_throughput_errors_and_campaigns(web, seed, qu
     assert [e["status"] for e in body["recent_errors"]] == ["COMPILE_ERROR", "TIMEOUT"]
     assert body["recent_errors"][0]["problem"] == "softmax"
     assert body["recent_errors"][0]["message"] == "COMPILE_ERROR detail"
+    # by the evaluator that ran them, not the writer's host
     assert [(e["worker"], e["attempts"]) for e in body["recent_evaluators"]] == [("evaluator@gpu-1", 1)]
     [state] = body["campaigns"]
     assert (state["id"], state["name"], state["status"], state["problems"], state["attempts"]) == (
@@ -78,6 +80,26 @@ def test_status_page(web, seed):
     assert "log in to pause" in html  # no controls before logging in
     login(web)
     assert 'id="pause-1"' in web.get("/status").get_data(as_text=True)
+
+
+def test_an_evaluator_busy_with_an_attempt_is_listed_though_it_answers_no_ping(web, seed, queues):
+    """A `--pool solo` evaluator answers no ping while it evaluates: the DB's RUNNING attempts name it."""
+    p = seed.problem("softmax")
+    started = utcnow() - timedelta(minutes=3)
+    running = seed.attempt(p, "RUNNING", evaluator="evaluator@gpu-1", started_at=started)
+    seed.attempt(p, "PENDING")  # not taken yet: held by no evaluator
+
+    body = web.get("/api/status").get_json()
+    assert body["workers_online"] == []  # nobody answers the ping
+    [busy] = body["busy_evaluators"]
+    assert (busy["name"], busy["attempt_id"], busy["problem"], busy["device"]) == (
+        "evaluator@gpu-1", running, "softmax", "cpu")
+    assert datetime.fromisoformat(busy["started_at"]) == started.replace(tzinfo=timezone.utc)
+
+    html = web.get("/status").get_data(as_text=True)
+    workers = re.search(r'<ul id="workers">(.*?)</ul>', html, re.S).group(1)
+    assert "evaluator@gpu-1" in workers and "evaluator, busy" in workers and f"#attempt-{running}" in workers
+    assert "No worker answered a ping." not in html
 
 
 def test_without_redis_the_status_says_so(make_client):

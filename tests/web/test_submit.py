@@ -140,6 +140,22 @@ def test_a_request_over_the_limit_is_refused_whole(web):
     body = f"csrf_token={csrf(web)}&token={TOKEN}&workloads=y&definition=" + "x" * (3 * 1024 * 1024)
     response = web.post("/submit", data=body, content_type="application/x-www-form-urlencoded")
     assert response.status_code == 413
+    html = response.get_data(as_text=True)
+    assert "<h1>Submission too large</h1>" in html and 'href="/submit">Back to the form' in html  # the site's page
+    message = " ".join(re.search(r'<p class="error" id="too-large">(.*?)</p>', html, re.S).group(1).split())
+    assert message == ("The submission is larger than the 2 MiB a request may carry (definition.json at most "
+                       "256 KiB, workload.jsonl at most 1024 KiB), so the server stopped reading it at the limit "
+                       "and has none of its text to show the form again with.")
+    assert "x" * 100 not in html
+
+
+def test_an_api_request_over_the_limit_is_a_json_413(web):
+    body = json.dumps({"definition": "x" * (3 * 1024 * 1024), "workloads": ""})
+    response = web.post("/api/problems", data=body, content_type="application/json",
+                        headers={"Authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 413 and response.mimetype == "application/json"
+    assert response.get_json() == {"error": "the request is larger than 2 MiB: definition.json at most 256 KiB, "
+                                            "workload.jsonl at most 1024 KiB", "status": 413}
 
 
 def test_uploaded_files_win_over_the_text_boxes(web, db):

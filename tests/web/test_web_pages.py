@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 import pytest
@@ -12,9 +13,9 @@ from shared.db.session import Database
 from shared.settings import Settings
 
 ENTRY_FIELDS = {
-    "name", "op_type", "source_model", "attempts", "passed_attempts", "tokens", "gpu_seconds", "best_attempt_id",
-    "best_latency_ms", "sol_score", "speedup", "speedup_over_baseline", "language", "author", "model", "status",
-    "last_attempt_at", "last_improvement_at",
+    "name", "op_type", "source_model", "attempts", "passed_attempts", "solved", "tokens", "gpu_seconds",
+    "best_attempt_id", "best_latency_ms", "sol_score", "speedup", "speedup_over_baseline", "language", "author",
+    "model", "status", "last_attempt_at", "last_improvement_at",
 }
 
 
@@ -37,7 +38,7 @@ def test_api_leaderboard_shape_and_order(client, seed):
     assert set(first) == ENTRY_FIELDS
     assert first == {
         "name": "fast", "op_type": "attention", "source_model": None, "attempts": 1, "passed_attempts": 1,
-        "tokens": 0, "gpu_seconds": 0.0, "best_attempt_id": best, "best_latency_ms": 0.25, "sol_score": None,
+        "solved": True, "tokens": 0, "gpu_seconds": 0.0, "best_attempt_id": best, "best_latency_ms": 0.25, "sol_score": None,
         "speedup": 4.0, "speedup_over_baseline": None, "language": "cuda", "author": "w2", "model": None,
         "status": "PASSED", "last_attempt_at": "2026-01-01T12:01:00Z", "last_improvement_at": "2026-01-01T12:01:00Z",
     }
@@ -98,6 +99,20 @@ def test_page_lists_problems_with_their_figures(client, seed):
     for text in ("3.46x", "triton", "PASSED", "INCORRECT_NUMERICAL", "NO_ATTEMPTS", "1 / 1", "norm"):
         assert text in html
     assert "1 of 3 problems solved" in html
+
+
+def test_page_shows_the_model_or_a_dash_and_the_author_in_columns_of_their_own(client, seed):
+    seed.attempt(seed.problem("by_llm"), "PASSED", speedup=3.0, author="llm-writer", model="gpt-oss-120b")
+    seed.attempt(seed.problem("by_tuner"), "PASSED", speedup=2.0, author="kernelswarm-tuner")  # no model
+
+    html = client.get("/").get_data(as_text=True)
+
+    headers = re.findall(r"<th[^>]*>(.*?)</th>", html[html.index('id="leaderboard"'):])
+    rows = re.findall(r'<tr data-op="[^"]*">.*?href="/problems/(by_\w+)">.*?</a>(.*?)</tr>', html, re.S)
+    cells = {name: re.findall(r"<td>(.*?)</td>", row) for name, row in rows}
+    model, author = headers.index("model") - 2, headers.index("author") - 2  # less the rank and the name
+    assert (cells["by_llm"][model], cells["by_llm"][author]) == ("gpt-oss-120b", "llm-writer")
+    assert (cells["by_tuner"][model], cells["by_tuner"][author]) == ("—", "kernelswarm-tuner")
 
 
 def test_page_bad_campaign_is_an_html_400(client):

@@ -76,6 +76,8 @@ class Seed:
         gpu_seconds: float | None = None,
         message: str | None = None,
         worker: str | None = None,
+        evaluator: str | None = None,
+        started_at: datetime | None = None,
         solution_hash: str | None = None,
         parent_hash: str | None = None,
         traces_hash: str | None = None,
@@ -97,7 +99,8 @@ class Seed:
                 id=attempt_id, problem_id=problem_id, solution_hash=solution_hash, campaign_id=campaign_id,
                 status=status, device="cpu", workloads_total=2, workloads_passed=2 if passed else 0,
                 latency_ms=latency_ms, speedup=speedup, sol_score=sol_score, model=model, tokens=tokens,
-                gpu_seconds=gpu_seconds, message=message, worker=worker, traces_hash=traces_hash,
+                gpu_seconds=gpu_seconds, message=message, worker=worker, evaluator=evaluator,
+                started_at=started_at, traces_hash=traces_hash,
                 created_at=T0 + timedelta(minutes=minute) - timedelta(seconds=30),
                 finished_at=(finished_at or T0 + timedelta(minutes=minute)) if finished else None,
             ))
