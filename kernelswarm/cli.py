@@ -53,6 +53,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE", help="write the traces as JSONL to FILE")
     p.set_defaults(handler=cmd_eval)
 
+    p = command(commands, "sol", "the speed of light (T_sol) of each workload of a problem; runs no kernel",
+                "kernelswarm sol problems/llama31_8b_gemm_o_proj --hardware 'NVIDIA H100 80GB HBM3' --json")
+    p.add_argument("problem_dir", type=Path, metavar="PROBLEM_DIR",
+                   help="the problem's folder (definition.json, workload.jsonl)")
+    p.add_argument("--hardware", default="H200 SXM", metavar="NAME",
+                   help="a GPU of shared/hardware.py: a row key or name, or torch's device name (default: H200 SXM)")
+    p.add_argument("--mode", choices=["physical", "solar"], default="physical",
+                   help="physical: the work and bytes a kernel must do at each tensor's real size (default); "
+                        "solar: SOL-ExecBench's published conventions, for comparing with their figures")
+    p.add_argument("--calibration", type=Path, default=None, metavar="FILE",
+                   help="measured ceilings (services.evaluator.calibrate's JSON); T_sol takes the faster of "
+                        "each and the datasheet's")
+    p.add_argument("--json", action="store_true", help="print each workload's figures as JSON on stdout")
+    p.set_defaults(handler=cmd_sol)
+
     problems = command(commands, "problems", "list or validate problems").add_subparsers(metavar="ACTION")
     p = command(problems, "list", "the problems under KERNELSWARM_PROBLEMS_DIR (default problems/)")
     p.add_argument("--json", action="store_true", help="print the problems as a JSON list on stdout")
@@ -213,6 +228,20 @@ def cmd_problems_validate(args: argparse.Namespace) -> int:
                   f"{len(problem.seeds)} seed solutions", highlight=False)
     err.print(f"{len(folders) - failures} of {len(folders)} problems valid" if folders else "no problems found")
     return 1 if failures or not folders else 0
+
+
+def cmd_sol(args: argparse.Namespace) -> int:
+    from shared.sol import SolMode, hardware_for, report
+
+    mode = SolMode.OURS if args.mode == "physical" else SolMode.SOLAR
+    if not (args.problem_dir / "definition.json").is_file():
+        raise_user(f"{args.problem_dir}: no definition.json (a problem's folder holds definition.json and workload.jsonl)")
+    try:
+        hardware = hardware_for(args.hardware, mode, args.calibration)
+    except (KeyError, ValueError) as error:
+        raise_user(str(error.args[0]) if error.args else str(error))
+    print(report(args.problem_dir, hardware, mode, args.json))
+    return 0
 
 
 def cmd_up(args: argparse.Namespace) -> int:

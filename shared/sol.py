@@ -37,6 +37,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from shared.errors import UserError
 from shared.hardware import B200_SOLAR_1500MHZ, HardwareSpec, Precision, lookup
 from shared.schema import Definition, SolScore, Workload, load_problem
 from shared.sol_count import (
@@ -209,31 +210,56 @@ def describe_problem(problem_dir: Path, hardware: HardwareSpec, mode: SolMode | 
     return rows
 
 
+def hardware_for(name: str, mode: SolMode | str, calibration: Path | None = None) -> HardwareSpec:
+    """The row `name` (a row key, name, or torch device name), with measured ceilings from a
+    calibration JSON (services.evaluator.calibrate's) when given; `solar` mode on the default
+    H200 row takes SOLAR's B200 at 1500 MHz, the hardware SOL-ExecBench's figures are for."""
+    if SolMode(mode) is SolMode.SOLAR and name == DEFAULT_HARDWARE:
+        return B200_SOLAR_1500MHZ
+    hardware = lookup(name)
+    if calibration is not None:
+        try:
+            measured = json.loads(calibration.read_text())
+            return hardware.with_calibration(measured["bandwidth_gbps"], measured["tflops"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise UserError(f"{calibration}: not a calibration JSON (bandwidth_gbps, tflops): {error}") from error
+    return hardware
+
+
+def report(problem_dir: Path, hardware: HardwareSpec, mode: SolMode | str, as_json: bool) -> str:
+    """T_sol per workload of the problem in `problem_dir`, as a table (with how many workloads were
+    counted) or as JSON."""
+    rows = describe_problem(problem_dir, hardware, mode)
+    if as_json:
+        return json.dumps(rows, indent=2)
+    label = "physical" if SolMode(mode) is SolMode.OURS else "solar"  # `kernelswarm sol --mode`'s names
+    lines = [f"{problem_dir} on {hardware.name}{' (calibrated)' if hardware.calibrated else ''}, mode {label}",
+             f"{'workload':38} {'matrix GFLOP':>12} {'MB':>10} {'bound':>7} {'T_sol ms':>10}"]
+    for row in rows:
+        label = ",".join(f"{k}={v}" for k, v in row["axes"].items())[:38]
+        if "error" in row:
+            lines.append(f"{label:38} not counted: {row['error']}")
+        else:
+            lines.append(f"{label:38} {row['matrix_flops'] / 1e9:>12.3f} {row['bytes_moved'] / 1e6:>10.3f} "
+                         f"{row['bound']:>7} {row['t_sol_ms']:>10.5f}")
+    counted = sum(1 for row in rows if "error" not in row)
+    lines.append(f"{counted} of {len(rows)} workloads counted")
+    return "\n".join(lines)
+
+
+DEFAULT_HARDWARE = "H200 SXM"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shared.sol", description="T_sol per workload of a problem")
+    parser = argparse.ArgumentParser(prog="python -m shared.sol", description="T_sol per workload of a problem "
+                                     "(the same as `kernelswarm sol`)")
     parser.add_argument("problem_dir", type=Path)
-    parser.add_argument("--hardware", default="H200 SXM", help="a row of shared.hardware or a torch device name")
+    parser.add_argument("--hardware", default=DEFAULT_HARDWARE, help="a row of shared.hardware or a torch device name")
     parser.add_argument("--mode", choices=[m.value for m in SolMode], default=SolMode.OURS.value)
     parser.add_argument("--calibration", type=Path, help="JSON of services.evaluator.calibrate: measured ceilings")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
-    hardware = B200_SOLAR_1500MHZ if args.mode == "solar" and args.hardware == "H200 SXM" else lookup(args.hardware)
-    if args.calibration:
-        measured = json.loads(args.calibration.read_text())
-        hardware = hardware.with_calibration(measured["bandwidth_gbps"], measured["tflops"])
-    rows = describe_problem(args.problem_dir, hardware, args.mode)
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    print(f"{args.problem_dir} on {hardware.name}{' (calibrated)' if hardware.calibrated else ''}, mode {args.mode}")
-    print(f"{'workload':38} {'matrix GFLOP':>12} {'MB':>10} {'bound':>7} {'T_sol ms':>10}")
-    for row in rows:
-        label = ",".join(f"{k}={v}" for k, v in row["axes"].items())[:38]
-        if "error" in row:
-            print(f"{label:38} not counted: {row['error']}")
-        else:
-            print(f"{label:38} {row['matrix_flops'] / 1e9:>12.3f} {row['bytes_moved'] / 1e6:>10.3f} "
-                  f"{row['bound']:>7} {row['t_sol_ms']:>10.5f}")
+    print(report(args.problem_dir, hardware_for(args.hardware, args.mode, args.calibration), args.mode, args.json))
     return 0
 
 
