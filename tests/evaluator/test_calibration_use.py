@@ -65,14 +65,17 @@ def test_unknown_hardware_or_a_failed_measurement_leaves_the_datasheet(runtime):
         assert session.query(CalibrationRow).count() == 0
 
 
-def test_the_score_keeps_both_t_sol_figures():
+def test_the_score_keeps_each_sources_t_sol_beside_the_faster_one_it_is_priced_at():
+    """Memory-bound on an H200 calibrated at 4254 GB/s against the datasheet's 4800: T_sol takes the
+    faster, the datasheet's; the trace keeps the measured figure (slower by the bandwidth ratio)."""
     workload = PROBLEM.workloads[-1]
     calibrated = measured().apply_to(H200_SXM)
     plain = score_workload(PROBLEM.definition, workload, PROBLEM.root, H200_SXM, 0.01, 0.1, None).sol
     priced = score_workload(PROBLEM.definition, workload, PROBLEM.root, calibrated, 0.01, 0.1, None).sol
-    assert plain.t_sol_datasheet_ms is None
+    assert plain.t_sol_datasheet_ms is None and plain.t_sol_measured_ms is None
     assert priced.t_sol_datasheet_ms == pytest.approx(plain.t_sol_ms)
-    assert priced.t_sol_ms == pytest.approx(plain.t_sol_ms * 4800.0 / 4254.0)  # memory-bound: bandwidth ratio
+    assert priced.t_sol_measured_ms == pytest.approx(plain.t_sol_ms * 4800.0 / 4254.0)  # the bandwidth ratio
+    assert priced.t_sol_ms == pytest.approx(plain.t_sol_ms)  # the faster of the two
 
 
 def test_an_attempt_is_priced_with_the_stored_calibration(runtime, monkeypatch):

@@ -84,5 +84,7 @@ def test_without_re_times_a_batch_over_its_allowance_is_charged(affine: Problem)
     assert result.status is Status.PASSED, result.message
     timing = result.traces[0].evaluation.timing
     assert timing.outer_retimes == 0 and timing.outer_charged_ms is not None
-    # The 400 ms it spent in its 3 runs is in what it is charged per run, not its median of microseconds.
-    assert result.traces[0].evaluation.performance.latency_ms >= 400 / 3 > timing.median_ms
+    # The 400 ms it spent in its 3 runs is in what it is charged per run, not its median of
+    # microseconds: less the reference's overhead per set that `charged_ms` takes off the window,
+    # a few ms under load (132.97 ms per run was seen in CI with the compose stack beside it).
+    assert result.traces[0].evaluation.performance.latency_ms >= 0.9 * 400 / 3 > timing.median_ms
