@@ -5,8 +5,6 @@ named on the console and started again (Redis on the same port) after a backoff,
 from __future__ import annotations
 
 import io
-import json
-import logging
 import os
 import signal
 import subprocess
@@ -21,9 +19,10 @@ from rich.console import Console
 
 from kernelswarm import up
 from kernelswarm.cli import main
-from kernelswarm.launcher import MAX_RESTARTS, REDIS, Exit, RedisServer, Services, free_port
+from kernelswarm.launcher import MAX_RESTARTS, REDIS, Exit, RedisServer, Services
 from shared.db import Database
 from shared.settings import Settings
+from tests.cli.upsetup import prepare_up
 
 EXITING = "import sys; sys.exit(3)"
 WAITING = "import time; time.sleep(60)"
@@ -154,23 +153,8 @@ class CrashingServices(Services):
 
 
 def test_up_stops_with_a_non_zero_exit_code_when_a_process_keeps_exiting(tmp_path, monkeypatch, capsys):
-    problem = tmp_path / "problems" / "scale"
-    problem.mkdir(parents=True)
-    (problem / "definition.json").write_text(json.dumps({
-        "name": "scale", "axes": {"n": {"type": "var"}},
-        "inputs": {"x": {"shape": ["n"], "dtype": "float32"}}, "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
-        "reference": "def run(x):\n    return x * 2\n"}))
-    (problem / "workload.jsonl").write_text(json.dumps(
-        {"uuid": "scale-8", "axes": {"n": 8}, "inputs": {"x": {"type": "random"}}}) + "\n")
-    for name, value in (("HOME", tmp_path / "home"), ("PROBLEMS_DIR", tmp_path / "problems"),
-                        ("WEB_PORT", free_port()), ("DEVICE", "cpu")):
-        monkeypatch.setenv(f"KERNELSWARM_{name}", str(value))
+    prepare_up(tmp_path, monkeypatch, CrashingServices)
     monkeypatch.setenv("COLUMNS", "400")  # one console line per message
-    monkeypatch.setattr(up, "Services", CrashingServices)
-    root = logging.getLogger()  # `up` configures logging: put it back afterwards
-    monkeypatch.setattr(root, "handlers", list(root.handlers))
-    monkeypatch.setattr(root, "level", root.level)
-
     started = time.monotonic()
     assert main(["up", "--duration", "60"]) == 2
     assert time.monotonic() - started < 20

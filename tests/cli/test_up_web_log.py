@@ -4,16 +4,15 @@ only: the console is for progress."""
 from __future__ import annotations
 
 import http.client
-import json
 import logging
 import subprocess
 import sys
 import threading
 import time
 
-from kernelswarm import up
 from kernelswarm.cli import main
-from kernelswarm.launcher import REDIS, Services, free_port
+from kernelswarm.launcher import REDIS, Services
+from tests.cli.upsetup import prepare_up
 
 REQUESTS = 3
 
@@ -51,24 +50,9 @@ def ask_healthz(port: int, answered: list[int]) -> None:
 
 
 def test_the_webs_requests_go_to_its_log_file_not_to_the_console(tmp_path, monkeypatch, capsys):
-    problem = tmp_path / "problems" / "scale"
-    problem.mkdir(parents=True)
-    (problem / "definition.json").write_text(json.dumps({
-        "name": "scale", "axes": {"n": {"type": "var"}},
-        "inputs": {"x": {"shape": ["n"], "dtype": "float32"}}, "outputs": {"y": {"shape": ["n"], "dtype": "float32"}},
-        "reference": "def run(x):\n    return x * 2\n"}))
-    (problem / "workload.jsonl").write_text(json.dumps(
-        {"uuid": "scale-8", "axes": {"n": 8}, "inputs": {"x": {"type": "random"}}}) + "\n")
-    port = free_port()
-    for name, value in (("HOME", tmp_path / "home"), ("PROBLEMS_DIR", tmp_path / "problems"),
-                        ("WEB_PORT", port), ("DEVICE", "cpu")):
-        monkeypatch.setenv(f"KERNELSWARM_{name}", str(value))
-    monkeypatch.setattr(up, "Services", WaitingServices)
-    root = logging.getLogger()  # `up` configures logging: put it back afterwards
-    monkeypatch.setattr(root, "handlers", list(root.handlers))
-    monkeypatch.setattr(root, "level", root.level)
+    port = prepare_up(tmp_path, monkeypatch, WaitingServices)
     console = Records()  # what reaches the root logger's handlers, the console's among them
-    root.addHandler(console)
+    logging.getLogger().addHandler(console)
 
     answered: list[int] = []
     asking = threading.Thread(target=ask_healthz, args=(port, answered))
