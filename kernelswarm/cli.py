@@ -322,17 +322,17 @@ def _kick(settings: Settings, campaign_id: int, verb: str) -> str:
         return (f"it {verb} at the next `kernelswarm up` (its planner ticks every running campaign when it "
                 "starts); set KERNELSWARM_REDIS_URL to reach a running swarm")
     from kombu.exceptions import OperationalError
+    from kombu.utils.url import maybe_sanitize_url  # Celery's own: the password as **
 
     from shared.celery_app import PLAN_TICK, make_celery
-    from shared.settings import without_password
 
     try:
         make_celery(settings).send_task(PLAN_TICK, args=[campaign_id], retry=True,
                                         retry_policy={"max_retries": 2, "interval_start": 0.2})
     except OperationalError as error:
-        raise_user(f"the campaign is RUNNING in the DB, but Redis at {without_password(settings.redis_url)} "
+        raise_user(f"the campaign is RUNNING in the DB, but Redis at {maybe_sanitize_url(settings.redis_url)} "
                    f"did not take the tick ({error}); the planner picks it up at its next sweep")
-    return f"planner.tick sent through {without_password(settings.redis_url)}"
+    return f"planner.tick sent through {maybe_sanitize_url(settings.redis_url)}"
 
 
 def cmd_campaign_list(args: argparse.Namespace) -> int:

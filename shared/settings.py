@@ -112,15 +112,3 @@ class Settings(BaseModel):
 def _did_you_mean(key: str, known: set[str]) -> str:
     close = difflib.get_close_matches(key, known, n=1)
     return f" (did you mean {close[0]}?)" if close else ""
-
-
-def without_password(url: str) -> str:
-    """`url` fit to print: a password in it replaced by `***` (redis://:secret@host -> redis://:***@host)."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from kernelswarm.cli import main
-from kernelswarm.launcher import RedisServer
+from kernelswarm.launcher import RedisServer, free_port
 from shared.celery_app import PLAN_QUEUE, PLAN_TICK
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
@@ -99,3 +99,11 @@ def test_resume_sends_a_tick_through_redis(capsys, tmp_path, monkeypatch):
         assert [json.loads(base64.b64decode(m["body"]))[0] for m in messages] == [[1], [1]]
     finally:
         server.stop()
+
+
+def test_a_redis_password_is_never_printed(capsys, monkeypatch):
+    """The tick's message names Redis: with its password masked, as Celery's banner does."""
+    monkeypatch.setenv("KERNELSWARM_REDIS_URL", f"redis://:s3cret@127.0.0.1:{free_port()}/0")  # nobody listens
+    code, out, err = run(capsys, "campaign", "create", "llama31_8b_rmsnorm")
+    assert code == 2 and "did not take the tick" in err
+    assert "s3cret" not in out + err and "redis://:**@127.0.0.1:" in err

@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from shared.errors import UserError
-from shared.settings import Settings, without_password
+from shared.settings import Settings
 
 
 def test_defaults_work_on_one_machine(tmp_path: Path):
@@ -150,13 +150,3 @@ def test_the_outer_clocks_re_times_come_from_the_environment(tmp_path) -> None:
     settings = Settings.from_env({"KERNELSWARM_OUTER_CLOCK_RETIMES": "5"}, home=tmp_path)
     assert EvalConfig.from_settings(settings).outer_clock_retimes == 5
     assert EvalConfig.from_settings(Settings.from_env({}, home=tmp_path)).outer_clock_retimes == 3
-
-
-@pytest.mark.parametrize("url, shown", [
-    ("redis://:s3cret@redis:6379/0", "redis://:***@redis:6379/0"),
-    ("postgresql://kernelswarm:s3cret@postgres:5432/kernelswarm", "postgresql://kernelswarm:***@postgres:5432/kernelswarm"),
-    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
-    ("redis://user@redis:6379/0", "redis://user@redis:6379/0"),
-])
-def test_urls_are_printed_without_their_password(url: str, shown: str):
-    assert without_password(url) == shown
