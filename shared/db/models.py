@@ -92,6 +92,7 @@ class AssignmentRow(Base):
     lease_until: Mapped[datetime | None] = mapped_column()  # a RUNNING assignment past it is reassigned
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column()
+    tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # an LLM session's, on no attempt
 
 
 class AttemptRow(Base):
@@ -131,6 +132,8 @@ class AttemptRow(Base):
     gpu_seconds: Mapped[float | None] = mapped_column(Float)
     message: Mapped[str | None] = mapped_column(Text)
     traces_hash: Mapped[str | None] = mapped_column(String(64))  # traces JSONL in the store
+    # evaluate (a verdict), or a writer's diagnostic tool: profile, inspect (never PASSED, never ranked)
+    kind: Mapped[str] = mapped_column(String(16), default="evaluate", server_default="evaluate")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column()
 

@@ -1,0 +1,30 @@
+"""attempts.kind (evaluate, profile, inspect: the writer's diagnostic tools are attempts too) and
+assignments.tokens (an LLM session's tokens that no attempt carries) (issue 27)
+
+Revision ID: 0008
+Revises: 0007
+Create Date: 2026-12-07 01:20:00
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+
+revision = '0008'
+down_revision = '0007'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('attempts', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('kind', sa.String(length=16), nullable=False, server_default='evaluate'))
+    with op.batch_alter_table('assignments', schema=None) as batch_op:
+        batch_op.add_column(sa.Column('tokens', sa.Integer(), nullable=False, server_default='0'))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('assignments', schema=None) as batch_op:
+        batch_op.drop_column('tokens')
+    with op.batch_alter_table('attempts', schema=None) as batch_op:
+        batch_op.drop_column('kind')
