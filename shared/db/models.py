@@ -134,6 +134,7 @@ class AttemptRow(Base):
     traces_hash: Mapped[str | None] = mapped_column(String(64))  # traces JSONL in the store
     # evaluate (a verdict), or a writer's diagnostic tool: profile, inspect (never PASSED, never ranked)
     kind: Mapped[str] = mapped_column(String(16), default="evaluate", server_default="evaluate")
+    tool_args: Mapped[str | None] = mapped_column(Text)  # JSON: what a diagnostic tool was asked
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column()
 

@@ -1,4 +1,5 @@
 """attempts.kind (evaluate, profile, inspect: the writer's diagnostic tools are attempts too) and
+attempts.tool_args (JSON: what the tool was asked, e.g. the kernel to disassemble) and
 assignments.tokens (an LLM session's tokens that no attempt carries) (issue 27)
 
 Revision ID: 0008
@@ -19,6 +20,7 @@ depends_on = None
 def upgrade() -> None:
     with op.batch_alter_table('attempts', schema=None) as batch_op:
         batch_op.add_column(sa.Column('kind', sa.String(length=16), nullable=False, server_default='evaluate'))
+        batch_op.add_column(sa.Column('tool_args', sa.Text(), nullable=True))
     with op.batch_alter_table('assignments', schema=None) as batch_op:
         batch_op.add_column(sa.Column('tokens', sa.Integer(), nullable=False, server_default='0'))
 
@@ -27,4 +29,5 @@ def downgrade() -> None:
     with op.batch_alter_table('assignments', schema=None) as batch_op:
         batch_op.drop_column('tokens')
     with op.batch_alter_table('attempts', schema=None) as batch_op:
+        batch_op.drop_column('tool_args')
         batch_op.drop_column('kind')
