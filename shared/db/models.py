@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Boolean, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -62,6 +62,9 @@ class CampaignRow(Base):
     budget_wall_s: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     stopped_at: Mapped[datetime | None] = mapped_column()
+    # continuous: never stops on its own; a problem whose search is exhausted waits for another writer
+    continuous: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    status_reason: Mapped[str | None] = mapped_column(String(255))  # why STOPPED, or why RUNNING and idle
 
 
 class CampaignProblemRow(Base):
@@ -93,6 +96,7 @@ class AssignmentRow(Base):
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column()
     tokens: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # an LLM session's, on no attempt
+    writer: Mapped[str | None] = mapped_column(String(255))  # who claimed it: "tuner" or "llm:<model>"
 
 
 class AttemptRow(Base):
