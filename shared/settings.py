@@ -63,6 +63,8 @@ class Settings(BaseModel):
     agent_turns: int = 16
     agent_evaluations: int = 8
     agent_tokens: int = 400_000
+    notes_budget_chars: int = 6000  # a problem's notes file (shared/notes.py): the planner trims it to this
+    note_max_chars: int = 2000  # one `note` a writer appends
     submit_token: str | None = None  # at least 32 random characters (`kernelswarm token`); none: submitting is off
     submit_limit_per_hour: int = 60  # problems the web form and API accept in any hour, all clients together
     token_failures_per_window: int = 10  # wrong submit tokens one client address may send per window, then 429

@@ -219,3 +219,34 @@ class TokenFailureRow(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     client: Mapped[str] = mapped_column(String(64))
     failed_at: Mapped[datetime] = mapped_column(index=True)
+
+
+class NoteRow(Base):
+    """One entry a writer appended to a problem's notes (shared/notes.py), kept for good: the
+    planner's trimming only changes `shown`, how the entry appears in the current notes file:
+    FULL, SHORT (its first line) or DROPPED (only here and on the problem page)."""
+
+    __tablename__ = "notes"
+    __table_args__ = (Index("ix_notes_problem_shown", "problem_id", "shown"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"))
+    author: Mapped[str] = mapped_column(String(255))  # the model that wrote it
+    text: Mapped[str] = mapped_column(Text)
+    attempt_id: Mapped[str | None] = mapped_column(ForeignKey("attempts.id"))  # the writer's latest, if any
+    shown: Mapped[str] = mapped_column(String(16), default="FULL", server_default="FULL")
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class NotesFileRow(Base):
+    """A problem's current notes file: Markdown in the object store by its SHA-256, rewritten on
+    every append and trim."""
+
+    __tablename__ = "notes_files"
+
+    problem_id: Mapped[int] = mapped_column(ForeignKey("problems.id"), primary_key=True)
+    notes_hash: Mapped[str] = mapped_column(String(64))
+    entries: Mapped[int] = mapped_column(Integer)  # shown in the file, in full or shortened
+    chars: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    trimmed_at: Mapped[datetime | None] = mapped_column()
