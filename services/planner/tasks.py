@@ -11,6 +11,7 @@ from celery.signals import worker_ready, worker_shutdown
 
 from services.planner.advisor import Advisor
 from services.planner.campaign import assignment_done
+from services.planner.notes import trim_campaign_notes
 from services.planner.state import StateCache
 from services.planner.sweep import Sweeper
 from services.planner.tick import PlannerConfig, tick
@@ -64,7 +65,9 @@ def register(app: Celery, runtime: Runtime, config: PlannerConfig | None = None)
 
     @app.task(name=PLAN_TICK, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True)
     def plan_tick(campaign_id: int) -> list[int]:
-        return tick(runtime.db, campaign_id, send_write, config, cache=cache)
+        created = tick(runtime.db, campaign_id, send_write, config, cache=cache)
+        trim_campaign_notes(runtime, campaign_id)  # what writers appended since: back under the budget
+        return created
 
     @app.task(name=ASSIGNMENT_DONE, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True)
     def on_assignment_done(assignment_id: int) -> list[int]:
