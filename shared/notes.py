@@ -182,8 +182,12 @@ def title(problem_name: str) -> str:
 
 
 def omitted_line(hidden: int, shortened: int) -> str:
-    return (f"_{hidden} earlier entries are not shown and {shortened} are shortened, to keep the notes "
-            f"within budget; every entry is on the problem's page._\n")
+    """"_3 earlier entries are not shown and 2 are shortened, to keep ..._" (the parts that apply)."""
+    said = [f"{hidden} earlier entr{'y is' if hidden == 1 else 'ies are'} not shown"] if hidden else []
+    if shortened:
+        said.append(f"{shortened} {'is' if shortened == 1 else 'are'} shortened" if said else
+                    f"{shortened} entr{'y is' if shortened == 1 else 'ies are'} shortened")
+    return f"_{' and '.join(said)}, to keep the notes within budget; every entry is on the problem's page._\n"
 
 
 def render_entry(row: NoteRow, shown: str) -> str:
