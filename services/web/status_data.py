@@ -90,6 +90,7 @@ class CampaignState(BaseModel):
     problems: int
     attempts: int
     created_at: datetime
+    status_reason: str | None = None  # why it stopped or paused, or why it runs idle
 
 
 class Throughput(BaseModel):
@@ -247,5 +248,6 @@ def _campaigns(session: Session) -> list[CampaignState]:
         .order_by(CampaignRow.id.desc())
     ).all()
     return [CampaignState(id=c.id, name=c.name, status=c.status, device=c.device, writers=c.writers,
-                          policy=c.policy, problems=n_problems, attempts=n_attempts, created_at=as_utc(c.created_at))
+                          policy=c.policy, problems=n_problems, attempts=n_attempts, created_at=as_utc(c.created_at),
+                          status_reason=c.status_reason)
             for c, n_problems, n_attempts in rows]

@@ -186,3 +186,17 @@ def test_an_evaluators_faults_are_shown_and_it_is_unhealthy_while_they_are_recen
     assert not faults["evaluator@gpu-3"]["unhealthy"] and faults["evaluator@gpu-3"]["last_attempt"] == "a-2"
     html = web.get("/status").get_data(as_text=True)
     assert 'id="evaluator-faults"' in html and "unhealthy" in html and "No space" in html
+
+
+def test_a_campaigns_reason_is_shown_beside_its_status(web, seed, db):
+    idle = seed.campaign([seed.problem("p")], name="local")
+    ended = seed.campaign([seed.problem("q")], name="nightly", status="STOPPED")
+    with db.session() as session:
+        session.get(CampaignRow, idle).status_reason = "idle: every problem retired (1)"
+        session.get(CampaignRow, ended).status_reason = "token <budget> spent"
+
+    html = web.get("/status").get_data(as_text=True)
+    row = re.search(rf'<tr id="campaign-{idle}">.*?</tr>', html, re.DOTALL).group(0)
+    assert "RUNNING" in row and "idle: every problem retired (1)" in row
+    assert "token &lt;budget&gt; spent" in html  # escaped
+    assert web.get("/api/status").get_json()["campaigns"][1]["status_reason"] == "idle: every problem retired (1)"
