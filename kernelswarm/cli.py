@@ -84,7 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=None, metavar="S",
                    help="stop after S seconds (default: run until Ctrl-C)")
     p.add_argument("--port", type=int, default=None, help="the web's port (default: KERNELSWARM_WEB_PORT or 8000)")
+    p.add_argument("--new", action="store_true",
+                   help="start a new campaign (default: continue the one an earlier `up` on this device left)")
     p.set_defaults(handler=cmd_up)
+
+    p = command(commands, "reset", "delete the local home (DB, store, logs): the next `up` starts afresh",
+                "kernelswarm reset --yes")
+    p.add_argument("--yes", action="store_true", help="delete without asking (required when stdin is not a terminal)")
+    p.set_defaults(handler=cmd_reset)
 
     p = command(commands, "token", "print a new random submit token (for KERNELSWARM_SUBMIT_TOKEN)",
                 "export KERNELSWARM_SUBMIT_TOKEN=$(kernelswarm token)")
@@ -249,7 +256,36 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env(device=args.device, web_port=args.port)
     configure_logging("WARNING")
-    return run_up(settings, args.duration)
+    return run_up(settings, args.duration, args.new)
+
+
+def cmd_reset(args: argparse.Namespace) -> int:
+    """Delete `home` (SQLite DB, file store, logs, the local Redis's files). A DB or store elsewhere
+    (KERNELSWARM_DATABASE_URL, KERNELSWARM_STORE_URL) is not touched, and is named."""
+    import shutil
+
+    from kombu.utils.url import maybe_sanitize_url
+
+    from kernelswarm.launcher import port_is_free
+
+    settings = Settings.from_env()
+    home = settings.home.resolve()
+    kept = [f"{what} at {maybe_sanitize_url(url)}" for what, url in
+            (("the DB", settings.database_url), ("the store", settings.store_url)) if url]
+    if not port_is_free(settings.web_port):
+        raise_user(f"port {settings.web_port} is in use: stop `kernelswarm up` first (Ctrl-C), then reset")
+    if not home.exists():
+        err.print(f"nothing to reset: {home} does not exist", highlight=False)
+        return 0
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise_user(f"reset deletes {home}; pass --yes to confirm")
+        if input(f"delete {home} and everything in it? [y/N] ").strip().lower() not in ("y", "yes"):
+            err.print("nothing deleted", highlight=False)
+            return 1
+    shutil.rmtree(home)
+    err.print(f"deleted {home}" + (f"; not touched: {', '.join(kept)}" if kept else ""), highlight=False)
+    return 0
 
 
 def cmd_token(_args: argparse.Namespace) -> int:

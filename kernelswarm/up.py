@@ -10,10 +10,11 @@ from rich.console import Console
 from sqlalchemy import func, or_, select
 
 from kernelswarm.launcher import GRACE_S, Exit, RedisServer, Services, WebServer, port_is_free
-from services.planner.campaign import create_campaign, stop_campaign
+from services.planner.campaign import add_problems, create_campaign, pause_campaign, resume_campaign, stop_campaign
+from services.planner.tick import IDLE, RUNNING, STOPPED
 from services.web.tokens import check_submit_token
 from shared.celery_app import PLAN_TICK, make_celery
-from shared.db import AttemptRow, Database, utcnow
+from shared.db import AttemptRow, CampaignRow, Database, ProblemRow, utcnow
 from shared.errors import UserError
 from shared.leaderboard import leaderboard, render_table
 from shared.repository import IN_FLIGHT, upsert_problem
@@ -23,9 +24,14 @@ from shared.settings import Settings
 from shared.sol_count import SolCountError, count_work
 
 PROGRESS_EVERY_S = 5.0
+LOCAL = "local"  # the name of the campaigns `up` makes begins so
+PAUSED_BY_UP = "paused: `kernelswarm up` ended; the next `up` continues it"
+IDLE_HELP = ("the writers have nothing left to try there. Submit a problem (the web's form or API, with "
+             "KERNELSWARM_SUBMIT_TOKEN set) or set OPENAI_API_KEY for an LLM writer, and it goes on; "
+             "`kernelswarm reset` starts afresh. Still serving; Ctrl-C stops")
 
 
-def run_up(settings: Settings, duration_s: float | None) -> int:
+def run_up(settings: Settings, duration_s: float | None, new_campaign: bool = False) -> int:
     out = Console(stderr=True)
     check_submit_token(settings.submit_token)  # before anything starts: the web would refuse it
     if not port_is_free(settings.web_port):
@@ -47,9 +53,8 @@ def run_up(settings: Settings, duration_s: float | None) -> int:
     db = Database(settings.db_url)
     with db.session() as session:
         problem_ids = [upsert_problem(session, p).id for p in problems]
-    name = f"local {datetime.now():%Y-%m-%d %H:%M}"
-    campaign_id = create_campaign(db, name, problem_ids, settings.device, settings.writers,
-                                  settings.attempts_per_assignment)
+    campaign_id, started_line = _campaign_for(db, settings, problem_ids, new_campaign)
+    out.print(started_line, highlight=False)
     services = Services(settings, settings.home / "logs", redis=redis_server)
     started_at = utcnow()
     web = None
@@ -67,7 +72,7 @@ def run_up(settings: Settings, duration_s: float | None) -> int:
         out.print("stopping (Ctrl-C)")
     finally:
         signal.signal(signal.SIGTERM, previous)
-        stop_campaign(db, campaign_id)
+        pause_campaign(db, campaign_id, PAUSED_BY_UP)
         _drain(db, campaign_id, started_at, services, out)
         services.stop()
         if web is not None:
@@ -80,6 +85,35 @@ def run_up(settings: Settings, duration_s: float | None) -> int:
     if restarted:
         out.print(f"restarts while running: {', '.join(restarted)}", highlight=False)
     return 0
+
+
+def _campaign_for(db: Database, settings: Settings, problem_ids: list[int], new: bool) -> tuple[int, str]:
+    """The continuous local campaign on this device that an earlier `up` left (RUNNING again, with
+    the problems found now joined), or a new one (`new`: the earlier one is stopped first)."""
+    with db.session() as session:
+        earlier = session.scalars(select(CampaignRow).where(
+            CampaignRow.continuous.is_(True), CampaignRow.device == settings.device,
+            CampaignRow.status != STOPPED, CampaignRow.name.startswith(LOCAL))
+            .order_by(CampaignRow.id.desc())).first()
+        earlier_id = earlier.id if earlier is not None else None
+    if earlier_id is not None and new:
+        stop_campaign(db, earlier_id, "stopped: `kernelswarm up --new` started another")
+        earlier_id = None
+    if earlier_id is None:
+        name = f"{LOCAL} {datetime.now():%Y-%m-%d %H:%M}"
+        campaign_id = create_campaign(db, name, problem_ids, settings.device, settings.writers,
+                                      settings.attempts_per_assignment, continuous=True)
+        return campaign_id, f"campaign {campaign_id} is new ({len(problem_ids)} problems)"
+    joined = add_problems(db, earlier_id, problem_ids)
+    resume_campaign(db, earlier_id)
+    with db.session() as session:
+        created = session.get(CampaignRow, earlier_id).created_at
+        counts = dict(session.execute(select(AttemptRow.status, func.count()).where(
+            AttemptRow.campaign_id == earlier_id).group_by(AttemptRow.status)).all())
+    line = (f"continuing campaign {earlier_id} from {created:%Y-%m-%d %H:%M} UTC: {sum(counts.values())} attempts so "
+            f"far, {counts.get('PASSED', 0)} passed" + (f"; {len(joined)} new problems join it" if joined else "")
+            + " (`kernelswarm up --new` starts a new campaign, `kernelswarm reset` a fresh home)")
+    return earlier_id, line
 
 
 CPU_MAX_FLOPS = 2e10  # per workload: about what two cores do in a few seconds
@@ -104,7 +138,8 @@ def cpu_sized(problems: list[Problem]) -> tuple[list[Problem], list[str]]:
 def _watch(db: Database, campaign_id: int, services: Services, duration_s: float | None,
            stopping: dict, out: Console) -> None:
     started = time.monotonic()
-    last_report = 0.0
+    last_report = -PROGRESS_EVERY_S
+    said: dict = {"state": (RUNNING, None), "counts": None, "problems": {}}
     while not stopping["signal"]:
         elapsed = time.monotonic() - started
         if duration_s is not None and elapsed >= duration_s:
@@ -112,9 +147,20 @@ def _watch(db: Database, campaign_id: int, services: Services, duration_s: float
         _report_exits(services.supervise(), services, out)
         if elapsed - last_report >= PROGRESS_EVERY_S:
             last_report = elapsed
+            state = _state(db, campaign_id)
+            if state != said["state"]:
+                said["state"] = state
+                _say_state(campaign_id, state, elapsed, out)
             counts = _counts(db, campaign_id)
-            out.print(f"[{elapsed:5.0f} s] attempts: {counts['finished']} finished, {counts['PASSED']} passed, "
-                      f"{counts['in_flight']} in flight", highlight=False)
+            if counts != said["counts"]:
+                said["counts"] = counts
+                out.print(f"[{elapsed:5.0f} s] attempts: {counts['finished']} finished, {counts['PASSED']} passed, "
+                          f"{counts['in_flight']} in flight", highlight=False)
+            progress = _progress(db, campaign_id)
+            for name, line in progress.items():
+                if said["problems"].get(name) != line:
+                    out.print(f"[{elapsed:5.0f} s] {name}: {line}", highlight=False)
+            said["problems"] = progress
         time.sleep(0.5)
 
 
@@ -134,6 +180,48 @@ def _counts(db: Database, campaign_id: int) -> dict[str, int]:
     in_flight = sum(by_status.get(s, 0) for s in IN_FLIGHT)
     return {"finished": sum(by_status.values()) - in_flight, "PASSED": by_status.get("PASSED", 0),
             "in_flight": in_flight}
+
+
+def _state(db: Database, campaign_id: int) -> tuple[str, str | None]:
+    with db.session() as session:
+        campaign = session.get(CampaignRow, campaign_id)
+        return campaign.status, campaign.status_reason
+
+
+def _say_state(campaign_id: int, state: tuple[str, str | None], elapsed: float, out: Console) -> None:
+    """The campaign's changes of state, said once each: idle (and what would give it work), working
+    again, stopped (a budget) while the services keep serving."""
+    status, reason = state
+    if status == RUNNING and reason and reason.startswith(IDLE):
+        out.print(f"[{elapsed:5.0f} s] [bold]campaign {campaign_id} {reason}[/bold]: {IDLE_HELP}", highlight=False)
+    elif status == RUNNING:
+        out.print(f"[{elapsed:5.0f} s] campaign {campaign_id} is working again", highlight=False)
+    else:
+        out.print(f"[{elapsed:5.0f} s] [bold]campaign {campaign_id} {status}[/bold]: {reason or 'no reason recorded'}; "
+                  "still serving (the web, submitted problems' references); Ctrl-C stops", highlight=False)
+
+
+def _progress(db: Database, campaign_id: int) -> dict[str, str]:
+    """One line per problem of the campaign that has attempts: how many, passed, the best speedup,
+    the latest verdict; `up` prints the lines that changed."""
+    with db.session() as session:
+        rows = session.execute(
+            select(ProblemRow.name, AttemptRow.status, AttemptRow.speedup)
+            .join(ProblemRow, ProblemRow.id == AttemptRow.problem_id)
+            .where(AttemptRow.campaign_id == campaign_id).order_by(AttemptRow.created_at, AttemptRow.id)).all()
+    by_problem: dict[str, list] = {}
+    for row in rows:
+        by_problem.setdefault(row.name, []).append(row)
+    lines = {}
+    for name, attempts in sorted(by_problem.items()):
+        finished = [a for a in attempts if a.status not in IN_FLIGHT]
+        passed = [a.speedup for a in finished if a.status == "PASSED" and a.speedup is not None]
+        best = f", best {max(passed):.2f}x" if passed else ""
+        last = f", last {finished[-1].status}" if finished else ""
+        flying = len(attempts) - len(finished)
+        lines[name] = (f"{len(finished)} attempts, {len(passed)} passed{best}{last}"
+                       + (f", {flying} in flight" if flying else ""))
+    return lines
 
 
 def _drain(db: Database, campaign_id: int, since: datetime, services: Services, out: Console) -> None:

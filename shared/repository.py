@@ -24,6 +24,12 @@ REFERENCE_AUTHOR = "reference"  # the author of a problem's reference run as a s
 # The evaluators' faults (a full disk, a lost checker, a CUDA context not made, the store down)
 # outlasted every retry: no verdict. Not a trace status; counted for no problem and no writer.
 NOT_EVALUATED = "NOT_EVALUATED"
+# An attempt's kind (`AttemptRow.kind`): an evaluation (a verdict), or a writer's diagnostic tool,
+# answered with text and a status of its own that is never a verdict. Whatever counts or ranks
+# outcomes reads `kind == VERDICT_KIND` only; costs (GPU seconds, tokens) count for every kind.
+VERDICT_KIND = "evaluate"
+PROFILE, INSPECT = "profile", "inspect"
+PROFILED, INSPECTED = "PROFILED", "INSPECTED"
 
 
 def upsert_problem(session: Session, problem: Problem) -> ProblemRow:
@@ -72,12 +78,15 @@ def get_solution(store: ObjectStore, digest: str) -> Solution:
 
 def create_attempt(session: Session, problem_id: int, solution_hash: str, device: str, *,
                    campaign_id: int | None = None, assignment_id: int | None = None,
-                   worker: str | None = None, workload_uuids: Sequence[str] | None = None) -> AttemptRow:
+                   worker: str | None = None, workload_uuids: Sequence[str] | None = None,
+                   kind: str = VERDICT_KIND, tool_args: dict | None = None) -> AttemptRow:
     """`workload_uuids`: run only these of the problem's workloads (None: all); recorded on the row,
-    so that the evaluator, and whoever reads the verdict, knows the attempt was partial."""
+    so that the evaluator, and whoever reads the verdict, knows the attempt was partial. `kind`:
+    an evaluation, or a diagnostic tool (`PROFILE`, `INSPECT`) with its arguments `tool_args`."""
     row = AttemptRow(id=str(uuid.uuid4()), problem_id=problem_id, solution_hash=solution_hash, device=device,
                      campaign_id=campaign_id, assignment_id=assignment_id, worker=worker, status="PENDING",
-                     workload_uuids=json.dumps(list(workload_uuids)) if workload_uuids is not None else None)
+                     workload_uuids=json.dumps(list(workload_uuids)) if workload_uuids is not None else None,
+                     kind=kind, tool_args=json.dumps(tool_args) if tool_args is not None else None)
     session.add(row)
     session.flush()
     return row

@@ -81,6 +81,12 @@ class Settings(BaseModel):
         return self.store_url or f"file://{self.home.resolve() / 'store'}"
 
     @property
+    def writer(self) -> str:
+        """Who writes: "tuner", or "llm:<model>" when an endpoint key is set. A problem whose search
+        one writer exhausted is open again to another (a campaign that continues waits for one)."""
+        return f"llm:{self.model}" if self.openai_api_key else "tuner"
+
+    @property
     def broker_url(self) -> str:
         if not self.redis_url:
             raise UserError("no Redis: set KERNELSWARM_REDIS_URL or start the swarm with `kernelswarm up`")

@@ -4,6 +4,7 @@ directly in tests and benches."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,9 @@ class EvalConfig:
     # Language `cuda`: its launch.py runs only in a record step and a child that imports none of its
     # Python replays the launch plans and times them (`timer/`). Off: timed in its own process.
     replay: bool = True
+    # The `profile` tool's hook (`tools.profile`): called with the record step's `timer.route.Routed`
+    # and the `languages.build.Build`, once the plans are judged and before anything is timed.
+    probe: Callable[..., None] | None = None
 
     @property
     def regenerates_inputs(self) -> bool:

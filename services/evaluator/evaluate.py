@@ -110,7 +110,7 @@ def _evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_work
     try:
         dirs = children.dirs
         say("building")
-        build = build_solution(solution, config.device, dirs["solution"], _arch(config), config.build_cache)
+        build = build_solution(solution, config.device, dirs["solution"], build_arch(config), config.build_cache)
         if build.status is not None:
             outcomes = [_Outcome(build.status, build.log)] * len(workloads)
             compiled: dict[str, float] = {}
@@ -361,6 +361,8 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
     home, outputs_dir, role, routed = dirs["cand"], dirs["outputs"], "candidate", None
     if children.timer:  # language `cuda`: its launch plans recorded first, then timed without its Python
         routed = _record(problem, workloads, runnable, job(runnable), build, config, children, say)
+        if config.probe is not None:
+            config.probe(routed, build)
         for index, (status, message) in routed.failed.items():
             outcomes[index] = _Outcome(status, message)
         runnable = [i for i in runnable if i not in routed.failed]
@@ -551,7 +553,7 @@ def _hardware(config: EvalConfig) -> HardwareSpec | None:
     return hardware_for(torch.cuda.get_device_name(torch.device(config.device)))
 
 
-def _arch(config: EvalConfig) -> str | None:
+def build_arch(config: EvalConfig) -> str | None:
     if config.arch or not config.device.startswith("cuda") or not torch.cuda.is_available():
         return config.arch
     return arch_for(torch.cuda.get_device_capability(torch.device(config.device)))

@@ -15,15 +15,18 @@ from sqlalchemy.orm import Session
 
 from shared.db import AttemptRow, BaselineRow, Database, ProblemRow, TraceRow, utcnow
 from shared.errors import NotFoundError, RetryableError
-from shared.repository import IN_FLIGHT, NOT_EVALUATED, PARTIAL, attempt_workloads, get_solution, problem_from_row
+from shared.repository import (
+    IN_FLIGHT, NOT_EVALUATED, PARTIAL, PROFILE, VERDICT_KIND, attempt_workloads, get_solution, problem_from_row,
+)
 from shared.runtime import Runtime
 from shared.schema import AttemptInfo, Status
 
 from services.evaluator.calibrate import stored
 from services.evaluator.config import EvalConfig
-from services.evaluator.evaluate import environment, evaluate, scratch_root
+from services.evaluator.evaluate import build_arch, environment, evaluate, scratch_root
 from services.evaluator.score import hardware_for
 from services.evaluator.spares import spares_for
+from services.evaluator.tools.attempt import answer
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +67,11 @@ def evaluate_attempt(runtime: Runtime, attempt_id: str, device: str, evaluator: 
         problem_id = attempt.problem_id
         info = AttemptInfo(campaign=str(attempt.campaign_id) if attempt.campaign_id else None,
                            worker=attempt.worker, parent=None)
-        solution_hash = attempt.solution_hash
+        solution_hash, kind, tool_args = attempt.solution_hash, attempt.kind or VERDICT_KIND, attempt.tool_args
     try:
+        if kind != VERDICT_KIND:
+            return _diagnose_claimed(runtime, attempt_id, device, me, problem, problem_id, solution_hash, kind,
+                                     tool_args)
         return _evaluate_claimed(runtime, attempt_id, device, me, problem, problem_id, info, solution_hash, partial)
     except RetryableError:  # the store or the DB failed, not the solution: give the claim back
         _release(db, attempt_id, me)
@@ -81,11 +87,7 @@ def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, p
     log.info("evaluating attempt=%s problem=%s solution=%s", attempt_id, problem.name, solution_hash[:12])
     hardware = environment(device).hardware
     cached = _compile_baselines(db, problem_id, hardware)
-    config = EvalConfig.from_settings(runtime.settings, device, store)
-    calibration, spec = stored(db, hardware), hardware_for(hardware)
-    config = dataclasses.replace(config, spares=spares_for(device, scratch_root(config), config.fork_server),
-                                 hardware=calibration.apply_to(spec) if calibration and spec else config.hardware,
-                                 compile_baselines=cached,
+    config = dataclasses.replace(_config(runtime, device, hardware), compile_baselines=cached,
                                  measure_compile=device.startswith("cuda") and len(cached) < len(problem.workloads))
     result = evaluate(problem, solution, config, attempt=info)
     traces_hash = store.put(result.traces_jsonl())
@@ -120,6 +122,36 @@ def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, p
     _store_compile_baselines(db, problem_id, hardware, result.compile_ms, cached)
     log.info("attempt=%s status=%s speedup=%s", attempt_id, status, result.speedup)
     return status
+
+
+def _config(runtime: Runtime, device: str, hardware: str) -> EvalConfig:
+    """The evaluator's knobs for an attempt on `device`: settings, spares, calibrated ceilings."""
+    config = EvalConfig.from_settings(runtime.settings, device, runtime.store)
+    calibration, spec = stored(runtime.db, hardware), hardware_for(hardware)
+    return dataclasses.replace(config, spares=spares_for(device, scratch_root(config), config.fork_server),
+                               hardware=calibration.apply_to(spec) if calibration and spec else config.hardware)
+
+
+def _diagnose_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, problem, problem_id: int,
+                      solution_hash: str, kind: str, tool_args: str | None) -> str:
+    """A diagnostic attempt (`tools.attempt`): its text in the message, its status never a verdict,
+    the time it held this evaluator as its GPU seconds (none on a CPU evaluator). No trace."""
+    solution = get_solution(runtime.store, solution_hash)
+    log.info("%s attempt=%s problem=%s solution=%s", kind, attempt_id, problem.name, solution_hash[:12])
+    hardware = environment(device).hardware
+    config = _config(runtime, device, hardware)
+    done = answer(kind, tool_args, problem, solution, config, build_arch(config), config.hardware, hardware)
+    with runtime.db.session() as session:
+        attempt = session.get(AttemptRow, attempt_id)
+        if not _still_ours(session, attempt, me):
+            log.warning("attempt=%s was taken over while this evaluator ran it: %s dropped", attempt_id, done.status)
+            return attempt.status
+        attempt.status, attempt.message, attempt.hardware = done.status, done.message or None, hardware
+        attempt.workloads_total = len(problem.workloads) if kind == PROFILE else 0
+        attempt.gpu_seconds = round(done.seconds, 3) if device.startswith("cuda") else 0.0
+        attempt.finished_at = utcnow()
+    log.info("attempt=%s %s status=%s", attempt_id, kind, done.status)
+    return done.status
 
 
 def _claim(session: Session, attempt_id: str, me: str, stale_after_s: float | None) -> bool:

@@ -53,12 +53,16 @@ class CampaignSummary:
     budgets: Budgets
     created_at: datetime
     stopped_at: datetime | None
+    status_reason: str | None = None  # why STOPPED or PAUSED, or why RUNNING and idle
+    continuous: bool = False
 
 
 def create_campaign(db: Database, name: str, problem_ids: list[int], device: str, writers: int,
                     attempts_per_assignment: int, *, policy: str = DEFAULT_POLICY,
-                    budgets: Budgets = Budgets()) -> int:
-    """A RUNNING campaign over `problem_ids`, in that order; nothing is assigned until a tick."""
+                    budgets: Budgets = Budgets(), continuous: bool = False) -> int:
+    """A RUNNING campaign over `problem_ids`, in that order; nothing is assigned until a tick.
+    `continuous`: it does not stop when every problem is retired, but waits, RUNNING, for a problem
+    that joins it or a writer that can do more (`tick.idle`); budgets still end it."""
     _validate(name, problem_ids, writers, attempts_per_assignment, policy, budgets)
     with db.session() as session:
         known = set(session.scalars(select(ProblemRow.id).where(ProblemRow.id.in_(problem_ids))))
@@ -68,7 +72,7 @@ def create_campaign(db: Database, name: str, problem_ids: list[int], device: str
         campaign = CampaignRow(name=name, device=device, writers=writers, policy=policy,
                                attempts_per_assignment=attempts_per_assignment, status=RUNNING,
                                budget_attempts=budgets.attempts, budget_gpu_s=budgets.gpu_s,
-                               budget_tokens=budgets.tokens, budget_wall_s=budgets.wall_s)
+                               budget_tokens=budgets.tokens, budget_wall_s=budgets.wall_s, continuous=continuous)
         session.add(campaign)
         session.flush()
         for position, problem_id in enumerate(problem_ids):
@@ -97,21 +101,21 @@ def _validate(name: str, problem_ids: list[int], writers: int, attempts_per_assi
             raise UserError(f"the {what} budget must be positive, not {value}")
 
 
-def stop_campaign(db: Database, campaign_id: int) -> str:
-    """STOPPED for good (stopping twice keeps the first time). Returns the new status."""
+def stop_campaign(db: Database, campaign_id: int, reason: str = "stopped by request") -> str:
+    """STOPPED for good (stopping twice keeps the first time and reason). Returns the new status."""
     with db.session() as session:
         campaign = _campaign(session, campaign_id)
         if campaign.status != STOPPED:
-            campaign.status, campaign.stopped_at = STOPPED, utcnow()
+            campaign.status, campaign.stopped_at, campaign.status_reason = STOPPED, utcnow(), reason
         return campaign.status
 
 
-def pause_campaign(db: Database, campaign_id: int) -> str:
+def pause_campaign(db: Database, campaign_id: int, reason: str = "paused by request") -> str:
     with db.session() as session:
         campaign = _campaign(session, campaign_id)
         if campaign.status == STOPPED:
             raise UserError(f"campaign {campaign_id} is stopped; it cannot be paused")
-        campaign.status = PAUSED
+        campaign.status, campaign.status_reason = PAUSED, reason
         return campaign.status
 
 
@@ -121,8 +125,21 @@ def resume_campaign(db: Database, campaign_id: int) -> str:
         campaign = _campaign(session, campaign_id)
         if campaign.status == STOPPED:
             raise UserError(f"campaign {campaign_id} is stopped; create a new one instead")
-        campaign.status = RUNNING
+        campaign.status, campaign.status_reason = RUNNING, None
         return campaign.status
+
+
+def add_problems(db: Database, campaign_id: int, problem_ids: list[int]) -> list[int]:
+    """Join the problems the campaign does not have yet, after its others; returns those added."""
+    with db.session() as session:
+        _campaign(session, campaign_id)
+        have = dict(session.execute(select(CampaignProblemRow.problem_id, CampaignProblemRow.position)
+                                    .where(CampaignProblemRow.campaign_id == campaign_id)).all())
+        added = [p for p in dict.fromkeys(problem_ids) if p not in have]
+        start = max(have.values(), default=-1) + 1
+        for offset, problem_id in enumerate(added):
+            session.add(CampaignProblemRow(campaign_id=campaign_id, problem_id=problem_id, position=start + offset))
+        return added
 
 
 def list_campaigns(db: Database) -> list[CampaignSummary]:
@@ -142,7 +159,8 @@ def list_campaigns(db: Database) -> list[CampaignSummary]:
             c.id, c.name, c.status, c.policy, c.device, c.writers, problems.get(c.id, 0), active.get(c.id, 0),
             spent[c.id].attempts if c.id in spent else 0, float(spent[c.id].gpu_s) if c.id in spent else 0.0,
             int(spent[c.id].tokens) if c.id in spent else 0,
-            Budgets(c.budget_attempts, c.budget_gpu_s, c.budget_tokens, c.budget_wall_s), c.created_at, c.stopped_at)
+            Budgets(c.budget_attempts, c.budget_gpu_s, c.budget_tokens, c.budget_wall_s), c.created_at, c.stopped_at,
+            c.status_reason, c.continuous)
             for c in campaigns]
 
 

@@ -57,6 +57,7 @@ class PolicyConfig:
     estimate_cap: float = 0.9  # an estimated S never retires a problem by `retire_score`
     gpu_s_per_token: float = 0.005  # 1,000 tokens cost as much as 5 GPU-seconds ($5/M vs $3.6/h)
     diverse_after: int = 6  # stalled attempts after which the parent is a diverse one
+    writer: str | None = None  # the writers' kind (Settings.writer): only its exhausted searches count; None: any
 
 
 @dataclass(frozen=True)

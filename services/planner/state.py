@@ -160,10 +160,12 @@ def problem_stats(session: Session, campaign_id: int, config: PolicyConfig,
         select(AttemptRow.problem_id, func.max(AttemptRow.assignment_id))
         .where(AttemptRow.campaign_id == campaign_id, restrict(AttemptRow.problem_id))
         .group_by(AttemptRow.problem_id)).all())
+    same_writer = true() if config.writer is None else \
+        func.coalesce(AssignmentRow.writer, "tuner") == config.writer  # rows from before writers were recorded
     last_done = dict(session.execute(
         select(AssignmentRow.problem_id, func.max(AssignmentRow.id))
         .where(AssignmentRow.campaign_id == campaign_id, AssignmentRow.status == "DONE",
-               restrict(AssignmentRow.problem_id))
+               restrict(AssignmentRow.problem_id), same_writer)
         .group_by(AssignmentRow.problem_id)).all())
     stats = {}
     for problem_id, position in positions.items():

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 SendWrite = Callable[[Sequence[int]], None]  # sends `worker.write` for each assignment id
 RUNNING, PAUSED, STOPPED = "RUNNING", "PAUSED", "STOPPED"
+IDLE = "idle"  # a continuous campaign's status_reason begins so while it has nothing to assign
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,15 @@ def _assign(session: Session, campaign: CampaignRow, state: CampaignState, confi
     campaign.next_index = plan.cursor
     if not plan.problem_ids:
         if not state.active:
-            finish_campaign(campaign, now, f"every problem retired ({len(plan.retired)})")
+            reason = f"every problem retired ({len(plan.retired)})"
+            if campaign.continuous:
+                idle(campaign, f"{IDLE}: {reason}")
+            else:
+                finish_campaign(campaign, now, reason)
         return []
+    if campaign.status_reason:  # it was idle
+        log.info("campaign=%s working again", campaign.id)
+        campaign.status_reason = None
     briefs = _briefs(session, campaign, state, plan.problem_ids, config.policy)
     if advice is not None:
         for problem_id, text in advice.guidance.items():
@@ -182,5 +190,13 @@ def _wall_spent(campaign: CampaignRow, now: datetime) -> bool:
 
 def finish_campaign(campaign: CampaignRow, now: datetime, reason: str) -> None:
     """STOPPED: writers end their assignments after the attempt in hand, nothing new is assigned."""
-    campaign.status, campaign.stopped_at = STOPPED, now
+    campaign.status, campaign.stopped_at, campaign.status_reason = STOPPED, now, reason
     log.info("campaign=%s stopped: %s", campaign.id, reason)
+
+
+def idle(campaign: CampaignRow, reason: str) -> None:
+    """A continuous campaign with nothing to assign stays RUNNING: a problem that joins it (a
+    submitted one) or a writer that can do more (Settings.writer) gives it work again."""
+    if campaign.status_reason != reason:
+        campaign.status_reason = reason
+        log.info("campaign=%s %s", campaign.id, reason)

@@ -148,9 +148,9 @@ def _run(runtime: Runtime, job: Job, holder: str, send_evaluate: SendEvaluate, l
 def _attempts(runtime: Runtime, job: Job, holder: str, send_evaluate: SendEvaluate, lease: Lease) -> int:
     assignment_id = job.assignment_id
     if runtime.settings.openai_api_key:  # an LLM writes; without a key, the tuner
-        made = agent_attempts(runtime, job, send_evaluate, lambda a: _wait(runtime, a, lease), lambda: lease.held)
-        _finish(runtime, assignment_id, holder, "DONE")
-        return made
+        outcome = agent_attempts(runtime, job, send_evaluate, lambda a: _wait(runtime, a, lease), lambda: lease.held)
+        _finish(runtime, assignment_id, holder, outcome.status)  # CANCELLED: the endpoint refused it for good
+        return outcome.made
     rng = random.Random(assignment_id)
     made, stopped = 0, False
     while made < job.remaining:
@@ -192,7 +192,8 @@ def _claim(runtime: Runtime, assignment_id: int, holder: str, lease_s: float) ->
             or_(AssignmentRow.lease_until.is_(None), AssignmentRow.lease_until < now)))
         claimed = session.execute(
             update(AssignmentRow).where(AssignmentRow.id == assignment_id, claimable)
-            .values(status="RUNNING", worker=holder, lease_until=now + timedelta(seconds=lease_s))
+            .values(status="RUNNING", worker=holder, writer=runtime.settings.writer,
+                    lease_until=now + timedelta(seconds=lease_s))
             .execution_options(synchronize_session=False)).rowcount
         if claimed != 1:
             return None

@@ -20,7 +20,7 @@ from rich.console import Console
 from kernelswarm import up
 from kernelswarm.cli import main
 from kernelswarm.launcher import MAX_RESTARTS, REDIS, Exit, RedisServer, Services
-from shared.db import Database
+from shared.db import CampaignRow, Database
 from shared.settings import Settings
 from tests.cli.upsetup import prepare_up
 
@@ -94,6 +94,8 @@ def test_redis_killed_outright_is_reaped_named_and_started_again_on_its_port(tmp
         os.kill(killed, signal.SIGKILL)
         wait_for_zombie(killed)  # dead, and nobody reaped it yet
 
+        with db.session() as session:
+            session.add(CampaignRow(id=1, name="watched"))
         up._watch(db, 1, services, 1.0, {"signal": False}, Console(file=out, width=200))
 
         assert server.process.pid != killed and server.process.poll() is None

@@ -10,10 +10,11 @@ import pytest
 
 from plannerkit import Attempts, WriteQueue, active, add_problems, assignments, best_of, close
 from services.planner.campaign import Budgets, assignment_done, create_campaign, pause_campaign, resume_campaign
+from services.planner.campaign import add_problems as add_campaign_problems
 from services.planner.policy import PolicyConfig, gain, merit
 from services.planner.state import StateCache, read_state
-from services.planner.tick import tick
-from shared.db import CampaignRow, Database, utcnow
+from services.planner.tick import PlannerConfig, tick
+from shared.db import AssignmentRow, CampaignRow, Database, utcnow
 
 
 def new_campaign(db: Database, problem_ids: list[int], writers: int = 2, per_assignment: int = 3,
@@ -24,6 +25,11 @@ def new_campaign(db: Database, problem_ids: list[int], writers: int = 2, per_ass
 def status(db: Database, campaign_id: int) -> str:
     with db.session() as session:
         return session.get(CampaignRow, campaign_id).status
+
+
+def reason(db: Database, campaign_id: int) -> str | None:
+    with db.session() as session:
+        return session.get(CampaignRow, campaign_id).status_reason
 
 
 def stats_of(db: Database, campaign_id: int, problem_id: int, config: PolicyConfig = PolicyConfig()):
@@ -156,6 +162,46 @@ def test_when_every_problem_is_retired_the_campaign_stops(db, queue):
         Attempts(db).add(problem, campaign_id, "PASSED", speedup=3.0, sol_score=0.96)
     assert tick(db, campaign_id, queue) == []
     assert status(db, campaign_id) == "STOPPED"
+
+
+def test_a_stopped_campaign_says_why(db, queue):
+    (problem,) = add_problems(db, 1)
+    campaign_id = new_campaign(db, [problem], writers=1)
+    Attempts(db).add(problem, campaign_id, "PASSED", speedup=3.0, sol_score=0.96)
+    tick(db, campaign_id, queue)
+    assert reason(db, campaign_id) == "every problem retired (1)"
+
+
+def test_a_continuous_campaign_waits_idle_and_a_problem_that_joins_gives_it_work(db, queue):
+    problems = add_problems(db, 2)
+    campaign_id = create_campaign(db, "c", problems, "cpu", 1, 2, continuous=True)
+    for problem in problems:
+        Attempts(db).add(problem, campaign_id, "PASSED", speedup=3.0, sol_score=0.96)
+    assert tick(db, campaign_id, queue) == []
+    assert (status(db, campaign_id), reason(db, campaign_id)) == ("RUNNING", "idle: every problem retired (2)")
+    assert tick(db, campaign_id, queue) == []  # said once; still idle
+
+    (joined,) = add_problems(db, 1, prefix="submitted")
+    assert add_campaign_problems(db, campaign_id, problems + [joined]) == [joined]
+    (assignment_id,) = tick(db, campaign_id, queue)
+    assert queue.problems == [joined]
+    assert (status(db, campaign_id), reason(db, campaign_id)) == ("RUNNING", None)
+
+
+def test_a_search_one_writer_exhausted_is_open_to_another(db, queue):
+    """The tuner found nothing left; a campaign that goes on with an LLM writer gives it the problem."""
+    (problem,) = add_problems(db, 1)
+    campaign_id = create_campaign(db, "c", [problem], "cpu", 1, 2, continuous=True)
+    (assignment_id,) = tick(db, campaign_id, queue)
+    with db.session() as session:
+        session.get(AssignmentRow, assignment_id).writer = "tuner"
+    close(db, assignment_id)
+    tuner = PlannerConfig(policy=PolicyConfig(writer="tuner"))
+    assert tick(db, campaign_id, queue, tuner) == []
+    assert reason(db, campaign_id) == "idle: every problem retired (1)"
+
+    assert len(tick(db, campaign_id, queue, PlannerConfig(policy=PolicyConfig(writer="llm:some-model")))) == 1
+    assert reason(db, campaign_id) is None
 
 
 def test_a_problem_whose_reference_keeps_failing_gets_no_more_writers(db, queue):
