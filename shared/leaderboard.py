@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from shared.db.models import AttemptRow, CampaignProblemRow, CampaignRow, ProblemRow, SolutionRow, TraceRow
 from shared.errors import NotFoundError
-from shared.repository import REFERENCE_AUTHOR
+from shared.repository import REFERENCE_AUTHOR, VERDICT_KIND
 
 IN_FLIGHT = ("PENDING", "RUNNING")
 PASSED = "PASSED"
@@ -157,8 +157,10 @@ def status_counts(session: Session, campaign_id: int | None,
                   problem_ids: list[int] | None = None) -> dict[int, tuple[tuple[str, int], ...]]:
     """Per problem, its finished attempts counted by status: one read of the (problem_id, status)
     index. Every attempt that finishes changes it (the evaluator writes status and figures together);
-    attempts in flight count for nothing on the leaderboard, so they are left out."""
-    query = select(AttemptRow.problem_id, AttemptRow.status, func.count()).where(AttemptRow.status.not_in(IN_FLIGHT))
+    attempts in flight count for nothing on the leaderboard, so they are left out, and so are a
+    writer's diagnostics (profile, inspect: no verdict)."""
+    query = select(AttemptRow.problem_id, AttemptRow.status, func.count()).where(
+        AttemptRow.status.not_in(IN_FLIGHT), AttemptRow.kind == VERDICT_KIND)
     if campaign_id is not None:
         query = query.where(AttemptRow.campaign_id == campaign_id)
     if problem_ids is not None:
@@ -217,16 +219,20 @@ def _finished_at():
 
 def _latest_query(campaign_id: int | None, problem_ids: list[int] | None) -> Select:
     """Per problem: finished and PASSED counts (all, and those of solutions other than the
-    reference), tokens and GPU seconds, and the status and time of the latest finished attempt."""
+    reference), tokens and GPU seconds, and the status and time of the latest finished attempt.
+    The counts and the latest status are the evaluations' (a diagnostic's is no verdict: it ranks
+    last); tokens and GPU seconds are every attempt's, diagnostics' too."""
     by_problem = {"partition_by": AttemptRow.problem_id}
-    latest_first = (_finished_at().desc(), AttemptRow.created_at.desc(), AttemptRow.id.desc())
-    passed = AttemptRow.status == PASSED
+    verdict = AttemptRow.kind == VERDICT_KIND
+    latest_first = (case((verdict, 0), else_=1), _finished_at().desc(), AttemptRow.created_at.desc(),
+                    AttemptRow.id.desc())
+    passed = verdict & (AttemptRow.status == PASSED)
     ranked = _finished_attempts(
         select(
             AttemptRow.problem_id,
             AttemptRow.status,
             _finished_at().label("finished_at"),
-            func.count().over(**by_problem).label("attempts"),
+            func.sum(case((verdict, 1), else_=0)).over(**by_problem).label("attempts"),
             func.sum(case((passed, 1), else_=0)).over(**by_problem).label("passed"),
             func.sum(case((passed & (SolutionRow.author != REFERENCE_AUTHOR), 1), else_=0))
             .over(**by_problem).label("passed_not_reference"),
@@ -267,7 +273,7 @@ def _best_query(campaign_id: int | None, problem_ids: list[int] | None) -> Selec
             func.row_number().over(partition_by=AttemptRow.problem_id, order_by=best_order()).label("rank"),
         )
         .join(SolutionRow, SolutionRow.hash == AttemptRow.solution_hash)
-        .where(AttemptRow.status == PASSED),
+        .where(AttemptRow.status == PASSED, AttemptRow.kind == VERDICT_KIND),
         campaign_id, problem_ids,
     ).subquery()
     return select(ranked).where(ranked.c.rank == 1)
@@ -300,10 +306,11 @@ def _source_model(definition_json: str) -> str | None:
 
 
 def _figures(source_model: str | None, counts, best, over_baseline: dict[str, float]) -> ProblemFigures:
-    status = PASSED if best is not None else counts.status if counts is not None else NO_ATTEMPTS
+    evaluated = counts is not None and bool(counts.attempts)  # else diagnostics only, or nothing
+    status = PASSED if best is not None else counts.status if evaluated else NO_ATTEMPTS
     return ProblemFigures(
         source_model=source_model,
-        attempts=counts.attempts if counts is not None else 0,
+        attempts=int(counts.attempts or 0) if counts is not None else 0,
         passed_attempts=int(counts.passed or 0) if counts is not None else 0,
         solved=bool(counts.passed_not_reference) if counts is not None else False,
         tokens=int(counts.tokens or 0) if counts is not None else 0,
@@ -317,7 +324,7 @@ def _figures(source_model: str | None, counts, best, over_baseline: dict[str, fl
         author=best.author if best is not None else None,
         model=best.model if best is not None else None,
         status=status,
-        last_attempt_at=as_utc(counts.finished_at) if counts is not None else None,
+        last_attempt_at=as_utc(counts.finished_at) if evaluated else None,
         last_improvement_at=as_utc(best.finished_at) if best is not None else None,
     )
 
