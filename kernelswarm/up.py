@@ -17,7 +17,7 @@ from shared.celery_app import PLAN_TICK, make_celery
 from shared.db import AttemptRow, CampaignRow, Database, ProblemRow, utcnow
 from shared.errors import UserError
 from shared.leaderboard import leaderboard, render_table
-from shared.repository import IN_FLIGHT, upsert_problem
+from shared.repository import IN_FLIGHT, VERDICT_KIND, upsert_problem
 from shared.schema import Problem, load_problem
 from shared.schema.problem import find_problems
 from shared.settings import Settings
@@ -109,7 +109,7 @@ def _campaign_for(db: Database, settings: Settings, problem_ids: list[int], new:
     with db.session() as session:
         created = session.get(CampaignRow, earlier_id).created_at
         counts = dict(session.execute(select(AttemptRow.status, func.count()).where(
-            AttemptRow.campaign_id == earlier_id).group_by(AttemptRow.status)).all())
+            AttemptRow.campaign_id == earlier_id, AttemptRow.kind == VERDICT_KIND).group_by(AttemptRow.status)).all())
     line = (f"continuing campaign {earlier_id} from {created:%Y-%m-%d %H:%M} UTC: {sum(counts.values())} attempts so "
             f"far, {counts.get('PASSED', 0)} passed" + (f"; {len(joined)} new problems join it" if joined else "")
             + " (`kernelswarm up --new` starts a new campaign, `kernelswarm reset` a fresh home)")
@@ -174,8 +174,8 @@ def _report_exits(exits: list[Exit], services: Services, out: Console) -> None:
 
 def _counts(db: Database, campaign_id: int) -> dict[str, int]:
     with db.session() as session:
-        rows = session.execute(select(AttemptRow.status, func.count()).where(
-            AttemptRow.campaign_id == campaign_id).group_by(AttemptRow.status)).all()
+        rows = session.execute(select(AttemptRow.status, func.count()).where(  # evaluations: diagnostics are no verdict
+            AttemptRow.campaign_id == campaign_id, AttemptRow.kind == VERDICT_KIND).group_by(AttemptRow.status)).all()
     by_status = dict(rows)
     in_flight = sum(by_status.get(s, 0) for s in IN_FLIGHT)
     return {"finished": sum(by_status.values()) - in_flight, "PASSED": by_status.get("PASSED", 0),
@@ -208,7 +208,8 @@ def _progress(db: Database, campaign_id: int) -> dict[str, str]:
         rows = session.execute(
             select(ProblemRow.name, AttemptRow.status, AttemptRow.speedup)
             .join(ProblemRow, ProblemRow.id == AttemptRow.problem_id)
-            .where(AttemptRow.campaign_id == campaign_id).order_by(AttemptRow.created_at, AttemptRow.id)).all()
+            .where(AttemptRow.campaign_id == campaign_id, AttemptRow.kind == VERDICT_KIND)
+            .order_by(AttemptRow.created_at, AttemptRow.id)).all()
     by_problem: dict[str, list] = {}
     for row in rows:
         by_problem.setdefault(row.name, []).append(row)
