@@ -37,3 +37,23 @@ class EvaluatorFault(RetryableError):
     """The evaluator could not judge an attempt for a fault of its own machine (a full disk, a file
     size limit, no file descriptors left): retried later or elsewhere, never a verdict charged to
     the solution, its writer or the problem."""
+
+
+class EndpointError(KernelSwarmError):
+    """The LLM endpoint refuses the writer for good, whatever is retried: `kind` is `auth` (401,
+    403: a wrong key), `model` (404: no such model), `quota` (429 insufficient_quota: the account
+    is out of credit), `request` (another 400: the request itself is wrong) or `context` (the
+    protocol, brief and last turn alone exceed the model's context). A setting has to change."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class EndpointUnavailable(RetryableError):
+    """The LLM endpoint is there but cannot answer now: `kind` is `rate_limit` (429), `server`
+    (5xx), `unreachable` (no connection) or `timeout` (no byte within the read timeout)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind

@@ -63,6 +63,11 @@ class Settings(BaseModel):
     agent_turns: int = 16
     agent_evaluations: int = 8
     agent_tokens: int = 400_000
+    agent_context_tokens: int = 32768  # the model's context: each request's history is trimmed to fit it
+    agent_reply_tokens: int = 4096  # of that context, kept free for the model's reply
+    agent_read_timeout_s: float = 300.0  # a streamed reply may be silent this long between two chunks
+    agent_turn_timeout_s: float = 1800.0  # a reply that is not streamed (the endpoint refuses streaming) takes at most this
+    agent_notes: int = 4  # notes (the `note` tool) one session may leave on its problem
     notes_budget_chars: int = 6000  # a problem's notes file (shared/notes.py): the planner trims it to this
     note_max_chars: int = 2000  # one `note` a writer appends
     submit_token: str | None = None  # at least 32 random characters (`kernelswarm token`); none: submitting is off

@@ -12,7 +12,9 @@ from services.evaluator.config import EvalConfig
 
 from services.evaluator.evaluate import evaluate
 from services.evaluator.languages.nvcc import build_cubin
-from services.worker.agent import PROTOCOL, Budget, Feedback, parse_fenced, problem_brief, run_session
+from services.worker.agent import (
+    PROTOCOL, Budget, Feedback, parse_fenced, problem_brief, render_protocol, run_session,
+)
 from services.worker.feedback import feedback_text
 from fake_openai import ScriptedEndpoint, tool_call
 from services.worker.llm import ChatModel
@@ -59,12 +61,14 @@ def test_tool_calls_evaluate_then_submit(problem):
                              evaluator, Budget())
     finally:
         endpoint.close()
-    assert result.submitted and result.stopped_by == "submit"
-    assert result.evaluations == 1 and result.turns == 2 and result.tokens == 246
+    assert result.submitted and result.stopped_by == "submit" and endpoint.refusals == []
+    assert result.evaluations == 1 and result.turns == 2 and result.tokens == sum(endpoint.usages)
     solution, tokens = evaluator.calls[0]
-    assert solution.author == "test-model" and solution.definition == "scale" and tokens == 123
+    assert solution.author == "test-model" and solution.definition == "scale" and tokens == endpoint.usages[0]
     first, second = endpoint.requests
-    assert first["messages"][0]["content"] == PROTOCOL and "tools" in first
+    assert first["stream"] is True and first["stream_options"] == {"include_usage": True}
+    assert first["messages"][0]["content"] == render_protocol(True, ("evaluate", "submit")) and "tools" in first
+    assert "`submit`" in first["messages"][0]["content"] and "<!--" not in first["messages"][0]["content"]
     assert "def run(x, w)" in first["messages"][1]["content"]  # the brief carries the reference
     tool_answer = second["messages"][-1]
     assert tool_answer["role"] == "tool" and tool_answer["tool_call_id"] == "call_1"
@@ -84,6 +88,9 @@ def test_endpoint_without_tools_gets_fenced_files(problem):
     assert solution.spec.language.value == "pytorch" and solution.sources[0].content == CORRECT
     assert [("tools" in r) for r in endpoint.requests] == [True, False, False]
     assert endpoint.requests[-1]["messages"][-1]["content"].startswith("status: PASSED")
+    system = endpoint.requests[1]["messages"][0]["content"]  # no tool is named to a model that has none
+    assert system == render_protocol(False) and "takes no tool calls" in system
+    assert "`evaluate` tool" not in system and "Call `submit`" not in system and "SUBMIT" in system
 
 
 def test_budget_of_evaluations_ends_the_session(problem):

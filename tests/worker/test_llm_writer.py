@@ -54,8 +54,10 @@ def test_agent_writes_when_an_api_key_is_set(tmp_path):
         with runtime.db.session() as session:
             rows = session.scalars(select(AttemptRow).where(AttemptRow.assignment_id == assignment_id)).all()
             status = session.get(AssignmentRow, assignment_id).status
+            assignment_tokens = session.get(AssignmentRow, assignment_id).tokens
         assert made == 1 and status == "DONE"
-        assert rows[0].model == "test-model" and rows[0].tokens == 123
+        assert rows[0].model == "test-model" and rows[0].tokens == endpoint.usages[0]
+        assert assignment_tokens == endpoint.usages[1]  # the closing submit's turn, which made no attempt
         assert get_solution(runtime.store, rows[0].solution_hash).author == "test-model"
         brief = endpoint.requests[0]["messages"][1]["content"]
         assert "the last attempt was slow" in brief  # the planner's guidance reaches the model
