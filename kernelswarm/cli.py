@@ -66,6 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measured ceilings (services.evaluator.calibrate's JSON); T_sol takes the faster of "
                         "each and the datasheet's")
     p.add_argument("--json", action="store_true", help="print each workload's figures as JSON on stdout")
+    p.add_argument("--memory-mb", type=int, default=None, metavar="MIB",
+                   help="the counting child's address-space limit (default: KERNELSWARM_SOL_COUNT_MEMORY_MB or 6144); "
+                        "a workload that needs more gets T_sol unknown")
+    p.add_argument("--time-s", type=float, default=None, metavar="S",
+                   help="the counting time per workload (default: KERNELSWARM_SOL_COUNT_TIME_S or 120)")
     p.set_defaults(handler=cmd_sol)
 
     problems = command(commands, "problems", "list or validate problems").add_subparsers(metavar="ACTION")
@@ -239,7 +244,9 @@ def cmd_problems_validate(args: argparse.Namespace) -> int:
 
 def cmd_sol(args: argparse.Namespace) -> int:
     from shared.sol import SolMode, hardware_for, report
+    from shared.sol_bounded import CountLimits
 
+    settings = Settings.from_env(sol_count_memory_mb=args.memory_mb, sol_count_time_s=args.time_s)
     mode = SolMode.OURS if args.mode == "physical" else SolMode.SOLAR
     if not (args.problem_dir / "definition.json").is_file():
         raise_user(f"{args.problem_dir}: no definition.json (a problem's folder holds definition.json and workload.jsonl)")
@@ -247,7 +254,7 @@ def cmd_sol(args: argparse.Namespace) -> int:
         hardware = hardware_for(args.hardware, mode, args.calibration)
     except (KeyError, ValueError) as error:
         raise_user(str(error.args[0]) if error.args else str(error))
-    print(report(args.problem_dir, hardware, mode, args.json))
+    print(report(args.problem_dir, hardware, mode, args.json, CountLimits.from_settings(settings)))
     return 0
 
 

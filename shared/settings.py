@@ -43,6 +43,10 @@ class Settings(BaseModel):
     # `problems validate`, the submit form and the API (16 GiB: SOL-ExecBench's largest sample takes 9.4).
     max_workload_bytes: int = 16 << 30
     reference_timeout_s: float = 240.0  # the reference's child is killed after this long (its torch.compile baseline included)
+    # Counting a workload's work for T_sol (shared.sol_bounded): the counting child's address space
+    # (RLIMIT_AS, torch's 0.8 GB of reservations included) and its time per workload; past either, T_sol is unknown.
+    sol_count_memory_mb: int = 6144
+    sol_count_time_s: float = 120.0
     scratch_dir: Path | None = None
     fork_server: bool = True  # fork children from a process with torch imported; false: a new interpreter each
     outer_clock_retimes: int = 3  # a timed batch over the outer clock's allowance is timed again at most this often

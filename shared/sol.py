@@ -40,6 +40,7 @@ from typing import Any
 from shared.errors import UserError
 from shared.hardware import B200_SOLAR_1500MHZ, HardwareSpec, Precision, lookup
 from shared.schema import Definition, SolScore, Workload, load_problem
+from shared.sol_bounded import CountLimits, count_workloads
 from shared.sol_count import (
     DEFAULT_CPU_BUDGET_BYTES,
     SolCountError,
@@ -192,21 +193,22 @@ def sol_for_workload(definition: Definition, workload: Workload, hardware: Hardw
     return estimate(work, hardware, mode, **options)
 
 
-def describe_problem(problem_dir: Path, hardware: HardwareSpec, mode: SolMode | str = SolMode.OURS) -> list[dict]:
-    """Per workload: FLOPs, bytes, bound and T_sol (or why it cannot be counted)."""
+def describe_problem(problem_dir: Path, hardware: HardwareSpec, mode: SolMode | str = SolMode.OURS,
+                     limits: CountLimits = CountLimits()) -> list[dict]:
+    """Per workload: FLOPs, bytes, bound and T_sol, or `t_sol_ms` None ("unknown") with the reason
+    (`unknown`: memory, time, count or crash) and the message (`error`). Counted in a child
+    process under `limits` (`shared.sol_bounded`)."""
     mode = SolMode(mode)
     problem = load_problem(Path(problem_dir), with_seeds=False)
-    reference = load_reference(problem.definition)
+    counted = count_workloads(problem.definition, problem.workloads, problem.root, limits=limits,
+                              use_formulas=mode is SolMode.OURS)
     rows = []
-    for workload in problem.workloads:
-        row: dict[str, Any] = {"uuid": workload.uuid, "axes": workload.axes}
-        try:
-            work = count_work(problem.definition, workload, problem.root, use_formulas=mode is SolMode.OURS,
-                              reference=reference)
-        except SolCountError as error:
-            rows.append(row | {"error": str(error)})
-            continue
-        rows.append(row | estimate(work, hardware, mode).as_dict())
+    for workload, count in zip(problem.workloads, counted, strict=True):
+        row: dict[str, Any] = {"uuid": workload.uuid, "axes": workload.axes, "peak_mb": count.peak_mb}
+        if count.work is None:
+            rows.append(row | {"t_sol_ms": None, "unknown": count.reason.value, "error": count.message})
+        else:
+            rows.append(row | estimate(count.work, hardware, mode).as_dict())
     return rows
 
 
@@ -226,10 +228,11 @@ def hardware_for(name: str, mode: SolMode | str, calibration: Path | None = None
     return hardware
 
 
-def report(problem_dir: Path, hardware: HardwareSpec, mode: SolMode | str, as_json: bool) -> str:
+def report(problem_dir: Path, hardware: HardwareSpec, mode: SolMode | str, as_json: bool,
+           limits: CountLimits = CountLimits()) -> str:
     """T_sol per workload of the problem in `problem_dir`, as a table (with how many workloads were
     counted) or as JSON."""
-    rows = describe_problem(problem_dir, hardware, mode)
+    rows = describe_problem(problem_dir, hardware, mode, limits)
     if as_json:
         return json.dumps(rows, indent=2)
     label = "physical" if SolMode(mode) is SolMode.OURS else "solar"  # `kernelswarm sol --mode`'s names
@@ -237,12 +240,12 @@ def report(problem_dir: Path, hardware: HardwareSpec, mode: SolMode | str, as_js
              f"{'workload':38} {'matrix GFLOP':>12} {'MB':>10} {'bound':>7} {'T_sol ms':>10}"]
     for row in rows:
         label = ",".join(f"{k}={v}" for k, v in row["axes"].items())[:38]
-        if "error" in row:
-            lines.append(f"{label:38} not counted: {row['error']}")
+        if row["t_sol_ms"] is None:
+            lines.append(f"{label:38} T_sol unknown ({row['unknown']}): {row['error']}")
         else:
             lines.append(f"{label:38} {row['matrix_flops'] / 1e9:>12.3f} {row['bytes_moved'] / 1e6:>10.3f} "
                          f"{row['bound']:>7} {row['t_sol_ms']:>10.5f}")
-    counted = sum(1 for row in rows if "error" not in row)
+    counted = sum(1 for row in rows if row["t_sol_ms"] is not None)
     lines.append(f"{counted} of {len(rows)} workloads counted")
     return "\n".join(lines)
 
@@ -259,7 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calibration", type=Path, help="JSON of services.evaluator.calibrate: measured ceilings")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
-    print(report(args.problem_dir, hardware_for(args.hardware, args.mode, args.calibration), args.mode, args.json))
+    from shared.settings import Settings
+
+    limits = CountLimits.from_settings(Settings.from_env())
+    print(report(args.problem_dir, hardware_for(args.hardware, args.mode, args.calibration), args.mode, args.json,
+                 limits))
     return 0
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -40,6 +41,8 @@ from shared.schema.definition import DType, evaluate_axis_expression
 
 DEFAULT_CPU_BUDGET_BYTES = 1 << 30
 META, CPU = torch.device("meta"), torch.device("cpu")
+FAKE_CUDA = torch.device("cuda")  # inside FakeTensorMode only: fake tensors on a device that need not exist
+FAKE_CUDA_0 = torch.device("cuda", 0)
 
 
 class SolCountError(KernelSwarmError):
@@ -203,7 +206,7 @@ class _WorkRecorder(TorchDispatchMode):
             precision = _DTYPE_PRECISION.get(tensor.dtype)
             if precision in (Precision.FP8, Precision.FP4):
                 self.seen_quant = narrowest((self.seen_quant, precision))
-        if func.is_view:
+        if func.is_view or func.namespace == "prim":  # views; prim.device and the like compute nothing
             return out
         name = func.overloadpacket.__name__
         if func.overloadpacket in flop_registry:
@@ -243,14 +246,22 @@ class _FunctionCounter(TorchFunctionMode):
       it to a bmm over materialised copies and would count the repeats);
     - `F.scaled_dot_product_attention`: its two matmuls, over the kept (query, key) pairs only when
       `is_causal` (a causal kernel skips the masked half; the math lowering computes every pair,
-      and the CPU kernel is not in torch's FLOP table at all)."""
+      and the CPU kernel is not in torch's FLOP table at all).
+    On fake CUDA tensors (`on_fake`), moves to "cuda" without an index name device 0: torch looks
+    the current device up in a CUDA runtime there is none of."""
 
-    def __init__(self, recorder: _WorkRecorder) -> None:
+    def __init__(self, recorder: _WorkRecorder, on_fake: bool = False) -> None:
         super().__init__()
         self.recorder = recorder
+        self.on_fake = on_fake
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.on_fake and func in (torch.Tensor.cuda, torch.Tensor.to):
+            if func is torch.Tensor.cuda:
+                return args[0].to(FAKE_CUDA_0)
+            args, kwargs = _indexed_cuda((args, kwargs))
+            return func(*args, **kwargs)
         if func is torch.functional.einsum and not kwargs:
             flops, operands = _einsum_flops(args)
         elif func is F.scaled_dot_product_attention:
@@ -266,6 +277,15 @@ class _FunctionCounter(TorchFunctionMode):
             self.recorder.inside_counted_call -= 1
         self.recorder.add_matrix(flops, operands)
         return out
+
+
+def _indexed_cuda(tree: Any) -> Any:
+    """`tree` with every "cuda" device (a string or a torch.device without index) as cuda:0."""
+    def fix(leaf: Any) -> Any:
+        if isinstance(leaf, str) and leaf == "cuda" or isinstance(leaf, torch.device) and leaf == FAKE_CUDA:
+            return FAKE_CUDA_0
+        return leaf
+    return pytree.tree_map(fix, tree)
 
 
 def _attention_flops(args: tuple, kwargs: dict) -> tuple[int | None, list[torch.Tensor]]:
@@ -380,8 +400,12 @@ def _trace(definition: Definition, workload: Workload, axes: dict[str, int], pro
                 cpu_inputs = _make_inputs(CPU, definition, workload, axes, problem_root, reference)
                 inputs = {n: v.to(META) if isinstance(v, torch.Tensor) else v for n, v in cpu_inputs.items()}
             return _run_counted(definition, axes, inputs, reference, "meta")
-        except Exception as error:  # noqa: BLE001 - any failure on meta means: try real tensors
+        except Exception as error:  # noqa: BLE001 - any failure on meta means: try fake CUDA tensors
             meta_error = f"{type(error).__name__}: {_first_line(error)}"
+        try:
+            return _count_on_fake(definition, workload, axes, problem_root, reference)
+        except Exception as error:  # noqa: BLE001 - any failure there means: try real tensors
+            meta_error += f"; on fake CUDA tensors: {type(error).__name__}: {_first_line(error)}"
     if not fits_cpu:
         raise SolCountError(f"cannot count on meta tensors ({meta_error}) and the CPU fallback needs "
                             f"{_input_bytes(definition, axes) / 2**30:.1f} GiB of inputs, over the "
@@ -395,8 +419,18 @@ def _trace(definition: Definition, workload: Workload, axes: dict[str, int], pro
                             f"({type(error).__name__}: {_first_line(error)})") from error
 
 
+def _count_on_fake(definition: Definition, workload: Workload, axes: dict[str, int], problem_root: Path | None,
+                   reference: ModuleType) -> WorkCount:
+    """Shapes only, on fake CUDA tensors (torch's FakeTensorMode, no GPU needed): for references
+    that make tensors on "cuda" or call ops the meta device lacks; values still do not exist, so
+    `.item()` and data-dependent shapes fail here as on meta."""
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        inputs = _make_inputs(FAKE_CUDA, definition, workload, axes, problem_root, reference)
+        return _run_counted(definition, axes, inputs, reference, "fake", on_fake=True)
+
+
 def _run_counted(definition: Definition, axes: dict[str, int], inputs: dict[str, Any], reference: ModuleType,
-                 counted_on: str) -> WorkCount:
+                 counted_on: str, on_fake: bool = False) -> WorkCount:
     bases: dict[int, _Base] = {}
     for name, value in inputs.items():
         if isinstance(value, torch.Tensor) and (key := _storage_key(value)) is not None:
@@ -405,7 +439,7 @@ def _run_counted(definition: Definition, axes: dict[str, int], inputs: dict[str,
             base.names.append(name)
     floor = input_precision(definition)
     recorder = _WorkRecorder(bases, floor)
-    with torch.no_grad(), _FunctionCounter(recorder), recorder:
+    with torch.no_grad(), _FunctionCounter(recorder, on_fake), recorder:
         reference.run(*inputs.values())
     read_bytes = read_elements = bool_elements = 0
     for base in bases.values():
@@ -450,7 +484,7 @@ def _make_inputs(device: torch.device, definition: Definition, workload: Workloa
         else:
             shape = definition.shape_of(tensor_spec, axes) or ()
             dtype = SCHEMA_TORCH[tensor_spec.dtype]
-            if device.type == "meta":
+            if device.type == "meta" or device is FAKE_CUDA:  # shapes only
                 values[name] = torch.empty(shape, dtype=dtype, device=device)
             elif dtype.is_floating_point and dtype.itemsize > 1:
                 values[name] = torch.randn(shape, generator=generator).to(dtype)

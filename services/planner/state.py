@@ -21,7 +21,7 @@ from services.planner.best import best_order
 from services.planner.brief import RECENT, Candidate, Recent
 from services.planner.policy import BASELINE_SCORE, MAX_ESTIMATE, PolicyConfig, ProblemStats
 from shared.db import AssignmentRow, AttemptRow, CampaignProblemRow, SolutionRow
-from shared.repository import IN_FLIGHT, NOT_EVALUATED, PARTIAL
+from shared.repository import IN_FLIGHT, NOT_EVALUATED, PARTIAL, VERDICT_KIND
 
 ACTIVE = ("QUEUED", "RUNNING")
 PASSED = "PASSED"
@@ -202,8 +202,11 @@ def _merit(config: PolicyConfig):
 
 def _finished_query(campaign_id: int, config: PolicyConfig, restrict):
     """One row a problem. Four levels, each computing its expression once: merit per attempt; the
-    best before it and its place in finish order; its gain; the sums."""
+    best before it and its place in finish order; its gain; the sums. A writer's diagnostic
+    (profile, inspect) is no verdict: no merit, no place in the order, no attempt or failure;
+    its GPU seconds and tokens count."""
     rows = (select(AttemptRow.problem_id, AttemptRow.id, AttemptRow.status, AttemptRow.gpu_seconds,
+                   (AttemptRow.kind == VERDICT_KIND).label("verdict"),
                    AttemptRow.tokens, AttemptRow.speedup, AttemptRow.sol_score, _merit(config).label("merit"),
                    func.coalesce(AttemptRow.finished_at, AttemptRow.created_at).label("finished_at"))
             .where(AttemptRow.campaign_id == campaign_id, AttemptRow.status.not_in((*IN_FLIGHT, NOT_EVALUATED)),
@@ -211,19 +214,20 @@ def _finished_query(campaign_id: int, config: PolicyConfig, restrict):
     by_problem = {"partition_by": rows.c.problem_id, "order_by": (rows.c.finished_at, rows.c.id)}
     ordered = select(
         rows.c.problem_id, rows.c.status, rows.c.gpu_seconds, rows.c.tokens, rows.c.speedup, rows.c.sol_score,
-        rows.c.merit, func.max(rows.c.merit).over(**by_problem, rows=(None, -1)).label("prior_best"),
-        func.row_number().over(**by_problem).label("seq"),
-        func.count().over(partition_by=rows.c.problem_id).label("total")).subquery()
+        rows.c.verdict, rows.c.merit, func.max(rows.c.merit).over(**by_problem, rows=(None, -1)).label("prior_best"),
+        func.sum(case((rows.c.verdict, 1), else_=0)).over(**by_problem, rows=(None, 0)).label("seq"),
+        func.sum(case((rows.c.verdict, 1), else_=0)).over(partition_by=rows.c.problem_id).label("total")).subquery()
     before = func.coalesce(ordered.c.prior_best, BASELINE_SCORE)
     gained = select(ordered, case(
         (and_(ordered.c.merit.is_not(None), ordered.c.merit > before, before < 1.0),
          (ordered.c.merit - before) / (1.0 - before)), else_=0.0).label("gain")).subquery()
     passed = gained.c.status == PASSED
+    verdict = gained.c.verdict
     return select(
         gained.c.problem_id,
-        func.count().label("attempts"),
-        func.sum(case((gained.c.status.in_((PASSED, PARTIAL)), 0), else_=1)).label("failures"),
-        func.sum(case((gained.c.status == INVALID_REFERENCE, 1), else_=0)).label("invalid_references"),
+        func.sum(case((verdict, 1), else_=0)).label("attempts"),
+        func.sum(case((verdict & gained.c.status.not_in((PASSED, PARTIAL)), 1), else_=0)).label("failures"),
+        func.sum(case((verdict & (gained.c.status == INVALID_REFERENCE), 1), else_=0)).label("invalid_references"),
         func.sum(gained.c.gain).label("gain"),
         func.sum(case((gained.c.seq > gained.c.total - config.window, gained.c.gain), else_=0.0)).label("recent_gain"),
         func.max(case((gained.c.gain >= config.min_gain, gained.c.seq))).label("last_gain_seq"),
@@ -279,7 +283,7 @@ def recent_attempts(session: Session, campaign_id: int, problem_ids: Sequence[in
     ranked = (select(AttemptRow.problem_id, AttemptRow.status, AttemptRow.message,
                      func.row_number().over(partition_by=AttemptRow.problem_id, order_by=latest_first).label("rank"))
               .where(AttemptRow.campaign_id == campaign_id, AttemptRow.status.not_in((*IN_FLIGHT, NOT_EVALUATED)),
-                     AttemptRow.problem_id.in_(list(problem_ids)))).subquery()
+                     AttemptRow.kind == VERDICT_KIND, AttemptRow.problem_id.in_(list(problem_ids)))).subquery()
     found: dict[int, list[Recent]] = {}
     for row in session.execute(select(ranked).where(ranked.c.rank <= RECENT)
                                .order_by(ranked.c.problem_id, ranked.c.rank)):
