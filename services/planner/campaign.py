@@ -155,10 +155,12 @@ def list_campaigns(db: Database) -> list[CampaignSummary]:
                    func.coalesce(func.sum(AttemptRow.gpu_seconds), 0.0).label("gpu_s"),
                    func.coalesce(func.sum(AttemptRow.tokens), 0).label("tokens"))
             .where(AttemptRow.campaign_id.is_not(None)).group_by(AttemptRow.campaign_id))}
+        unattributed = dict(session.execute(select(AssignmentRow.campaign_id, func.sum(AssignmentRow.tokens))
+                                            .group_by(AssignmentRow.campaign_id)).all())  # turns without an attempt
         return [CampaignSummary(
             c.id, c.name, c.status, c.policy, c.device, c.writers, problems.get(c.id, 0), active.get(c.id, 0),
             spent[c.id].attempts if c.id in spent else 0, float(spent[c.id].gpu_s) if c.id in spent else 0.0,
-            int(spent[c.id].tokens) if c.id in spent else 0,
+            (int(spent[c.id].tokens) if c.id in spent else 0) + int(unattributed.get(c.id) or 0),
             Budgets(c.budget_attempts, c.budget_gpu_s, c.budget_tokens, c.budget_wall_s), c.created_at, c.stopped_at,
             c.status_reason, c.continuous)
             for c in campaigns]

@@ -144,7 +144,9 @@ def read_state(session: Session, campaign_id: int, config: PolicyConfig, cache: 
     problems = tuple(replace(s, in_flight=in_flight[p]) if p in in_flight else s for p, s in stats.items())
     recorded = session.scalar(select(func.count()).select_from(AttemptRow).where(
         AttemptRow.campaign_id == campaign_id)) if count_recorded else 0
-    spent = Spent(recorded, sum(s.gpu_s for s in problems), sum(s.tokens for s in problems))
+    unattributed = session.scalar(select(func.coalesce(func.sum(AssignmentRow.tokens), 0)).where(
+        AssignmentRow.campaign_id == campaign_id))  # LLM turns that made no attempt (a closing submit)
+    spent = Spent(recorded, sum(s.gpu_s for s in problems), sum(s.tokens for s in problems) + int(unattributed or 0))
     return CampaignState(problems, tuple(active), spent, refresh.problems)
 
 
