@@ -47,7 +47,7 @@ from services.worker.tuner import (
 )
 from shared.db import AssignmentRow, AttemptRow, CampaignRow, ProblemRow, TraceRow, utcnow
 from shared.repository import (
-    IN_FLIGHT, PARTIAL, PASSED, create_attempt, get_solution, problem_from_row, put_solution,
+    IN_FLIGHT, PARTIAL, PASSED, VERDICT_KIND, create_attempt, get_solution, problem_from_row, put_solution,
 )
 from shared.runtime import Runtime
 from shared.schema import Solution
@@ -253,7 +253,8 @@ def _submit_once(runtime: Runtime, job: Job, rng: random.Random) -> str | Wait |
         rows = session.execute(select(AttemptRow.id, AttemptRow.solution_hash, AttemptRow.status,
                                       AttemptRow.speedup, AttemptRow.sol_score, AttemptRow.assignment_id,
                                       AttemptRow.workload_uuids)
-                               .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device)
+                               .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device,
+                                      AttemptRow.kind == VERDICT_KIND)  # a writer's profile or inspect is no try
                                .order_by(AttemptRow.created_at, AttemptRow.id)).all()
         tried = {r.solution_hash for r in rows}
         best = _best(runtime, rows, job)
@@ -279,7 +280,7 @@ def _screening(session, job: Job, rows, eta: int) -> Screening:
             select(TraceRow.attempt_id, TraceRow.workload_uuid, TraceRow.latency_ms)
             .join(AttemptRow, AttemptRow.id == TraceRow.attempt_id)
             .where(AttemptRow.problem_id == job.problem_id, AttemptRow.device == job.device,
-                   AttemptRow.status.in_((PASSED, PARTIAL)), TraceRow.status == PASSED,
+                   AttemptRow.kind == VERDICT_KIND, AttemptRow.status.in_((PASSED, PARTIAL)), TraceRow.status == PASSED,
                    TraceRow.latency_ms.is_not(None))):
         latencies.setdefault(attempt_id, {})[workload_uuid] = latency_ms
     everything = frozenset(job.workloads)
