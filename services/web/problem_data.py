@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from shared.db.models import AttemptRow, ProblemRow, SolutionRow, TraceRow
 from shared.errors import NotFoundError
 from shared.leaderboard import IN_FLIGHT, PASSED, as_utc, best_order
-from shared.repository import problem_by_name
+from shared.repository import VERDICT_KIND, problem_by_name
 
 HISTORY_LIMIT = 2000  # the most recent attempts drawn in the chart
 TABLE_LIMIT = 100  # the most recent attempts listed in the table
@@ -102,8 +102,8 @@ def problem_detail(session: Session, name: str) -> ProblemDetail:
     return ProblemDetail(
         name=row.name, op_type=row.op_type, description=row.description, definition=definition,
         workloads=workloads, best=best, history=_history(session, row.id),
-        attempts=_summaries(session, _attempts_query(row.id).order_by(
-            AttemptRow.created_at.desc(), AttemptRow.id.desc()).limit(TABLE_LIMIT)),
+        attempts=_summaries(session, _attempts_query(row.id).where(AttemptRow.kind == VERDICT_KIND).order_by(
+            AttemptRow.created_at.desc(), AttemptRow.id.desc()).limit(TABLE_LIMIT)),  # diagnostics: no verdict
         per_workload=_per_workload(session, best.id, workloads) if best is not None else [],
     )
 
@@ -145,7 +145,7 @@ def _summaries(session: Session, query) -> list[AttemptSummary]:
 
 
 def _best(session: Session, problem_id: int) -> AttemptSummary | None:
-    rows = _summaries(session, _attempts_query(problem_id).where(AttemptRow.status == PASSED)
+    rows = _summaries(session, _attempts_query(problem_id).where(AttemptRow.status == PASSED, AttemptRow.kind == VERDICT_KIND)
                       .order_by(*best_order()).limit(1))
     return rows[0] if rows else None
 
@@ -154,12 +154,12 @@ def _history(session: Session, problem_id: int) -> History:
     finished_at = func.coalesce(AttemptRow.finished_at, AttemptRow.created_at)
     rows = session.execute(
         select(AttemptRow.id, AttemptRow.status, finished_at.label("at"), AttemptRow.speedup, AttemptRow.sol_score)
-        .where(AttemptRow.problem_id == problem_id, AttemptRow.status.not_in(IN_FLIGHT))
+        .where(AttemptRow.problem_id == problem_id, AttemptRow.status.not_in(IN_FLIGHT), AttemptRow.kind == VERDICT_KIND)
         .order_by(finished_at.desc(), AttemptRow.id.desc()).limit(HISTORY_LIMIT)
     ).all()
     rows.reverse()
     total = session.scalar(select(func.count()).select_from(AttemptRow).where(
-        AttemptRow.problem_id == problem_id, AttemptRow.status.not_in(IN_FLIGHT)))
+        AttemptRow.problem_id == problem_id, AttemptRow.status.not_in(IN_FLIGHT), AttemptRow.kind == VERDICT_KIND))
     metric = "sol_score" if any(r.sol_score is not None for r in rows if r.status == PASSED) else "speedup"
     points, best = [], None
     for row in rows:

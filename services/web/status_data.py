@@ -18,7 +18,7 @@ from shared.celery_app import EVALUATE_QUEUE, PLAN_QUEUE, WRITE_QUEUE, evaluate_
 from shared.db.models import AttemptRow, CampaignProblemRow, CampaignRow, ProblemRow, utcnow
 from shared.leaderboard import IN_FLIGHT, PASSED, as_utc
 from shared.health import evaluator_faults
-from shared.repository import PARTIAL
+from shared.repository import PARTIAL, VERDICT_KIND
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ def _recent_errors(session: Session) -> list[RecentError]:
     rows = session.execute(
         select(AttemptRow.id, ProblemRow.name, AttemptRow.status, finished_at.label("at"), AttemptRow.message)
         .join(ProblemRow, ProblemRow.id == AttemptRow.problem_id)
-        .where(AttemptRow.status.not_in((*IN_FLIGHT, PASSED, PARTIAL)))
+        .where(AttemptRow.status.not_in((*IN_FLIGHT, PASSED, PARTIAL)), AttemptRow.kind == VERDICT_KIND)
         .order_by(finished_at.desc(), AttemptRow.id.desc()).limit(RECENT_ERRORS)
     ).all()
     return [RecentError(attempt_id=r.id, problem=r.name, status=r.status, at=as_utc(r.at),
