@@ -145,7 +145,8 @@ def _summaries(session: Session, query) -> list[AttemptSummary]:
 
 
 def _best(session: Session, problem_id: int) -> AttemptSummary | None:
-    rows = _summaries(session, _attempts_query(problem_id).where(AttemptRow.status == PASSED, AttemptRow.kind == VERDICT_KIND)
+    rows = _summaries(session, _attempts_query(problem_id)
+                      .where(AttemptRow.status == PASSED, AttemptRow.kind == VERDICT_KIND)
                       .order_by(*best_order()).limit(1))
     return rows[0] if rows else None
 
@@ -154,7 +155,8 @@ def _history(session: Session, problem_id: int) -> History:
     finished_at = func.coalesce(AttemptRow.finished_at, AttemptRow.created_at)
     rows = session.execute(
         select(AttemptRow.id, AttemptRow.status, finished_at.label("at"), AttemptRow.speedup, AttemptRow.sol_score)
-        .where(AttemptRow.problem_id == problem_id, AttemptRow.status.not_in(IN_FLIGHT), AttemptRow.kind == VERDICT_KIND)
+        .where(AttemptRow.problem_id == problem_id, AttemptRow.status.not_in(IN_FLIGHT),
+               AttemptRow.kind == VERDICT_KIND)
         .order_by(finished_at.desc(), AttemptRow.id.desc()).limit(HISTORY_LIMIT)
     ).all()
     rows.reverse()
