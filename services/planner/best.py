@@ -9,6 +9,7 @@ from sqlalchemy import func, select, true
 from sqlalchemy.orm import Session
 
 from shared.db import AttemptRow, CampaignProblemRow
+from shared.repository import VERDICT_KIND
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,9 @@ def best_order() -> tuple:
 
 
 def _rankable():
-    return (AttemptRow.status == "PASSED") & (AttemptRow.speedup.is_not(None) | AttemptRow.sol_score.is_not(None))
+    """A PASSED evaluation with a figure (a diagnostic is never PASSED; the kind says so twice)."""
+    return ((AttemptRow.status == "PASSED") & (AttemptRow.kind == VERDICT_KIND)
+            & (AttemptRow.speedup.is_not(None) | AttemptRow.sol_score.is_not(None)))
 
 
 def update_best(session: Session, campaign_id: int, problem_id: int) -> str | None:
