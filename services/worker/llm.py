@@ -218,7 +218,7 @@ def _is_context_error(error: Any) -> bool:
 
 
 def _context_limit(text: str) -> int | None:
-    match = re.search(r"(?:maximum context length|context length|context window)\D{0,20}(\d{3,8})", text, re.I)
+    match = re.search(r"(?:maximum context length|context length|context window)\D{0,20}(\d{2,8})", text, re.I)
     return int(match.group(1)) if match else None
 
 

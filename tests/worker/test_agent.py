@@ -13,7 +13,7 @@ from services.evaluator.config import EvalConfig
 from services.evaluator.evaluate import evaluate
 from services.evaluator.languages.nvcc import build_cubin
 from services.worker.agent import (
-    PROTOCOL, Budget, Feedback, parse_fenced, problem_brief, render_protocol, run_session,
+    PROTOCOL, Budget, Feedback, SessionConfig, Tools, parse_fenced, problem_brief, render_protocol, run_session,
 )
 from services.worker.feedback import feedback_text
 from fake_openai import ScriptedEndpoint, tool_call
@@ -163,3 +163,124 @@ def test_protocol_cute_dsl_example_is_an_entry_the_evaluator_can_load():
     jitted = [f.name for f in tree.body if isinstance(f, ast.FunctionDef)
               and any(getattr(d, "attr", None) == "jit" for d in f.decorator_list)]
     assert jitted == ["run"]  # compiled on the GPU by tests/gpu/test_cute_dsl.py, on the CPU by hand
+
+
+# --- context, tools, tokens and the brief against the strict server ---------------------------------
+
+def _big_call(number: int, chars: int = 9000) -> dict:
+    source = CORRECT + "".join(f"# line {number}-{i}: padding that stands for a long kernel\n"
+                               for i in range(chars // 50))
+    return tool_call("evaluate", {"language": "pytorch", "files": [{"path": "main.py", "content": source}]},
+                     f"call_{number}")
+
+
+class VerboseEvaluator(RecordingEvaluator):
+    """Feedback as long as a real one with a dozen workloads."""
+
+    def __call__(self, solution: Solution, tokens: int) -> Feedback:
+        self.calls.append((solution, tokens))
+        lines = [f"workload {{\"n\":{n}}}: PASSED 0.0123 ms (reference 0.0150 ms, 1.22x; T_sol 0.0070 ms)"
+                 for n in range(16)]
+        return Feedback("PASSED", "status: PASSED\n" + "\n".join(lines))
+
+
+def test_a_16_turn_session_fits_a_32k_context_and_never_gets_a_context_error(problem):
+    replies = [_big_call(n) for n in range(1, 17)]
+    endpoint = ScriptedEndpoint(replies, context_tokens=32768)
+    try:
+        result = run_session(ChatModel("m", endpoint.url, "key"), problem, problem_brief(problem), VerboseEvaluator(),
+                             Budget(turns=16, evaluations=16), SessionConfig(context_tokens=32768))
+    finally:
+        endpoint.close()
+    whole = sum(len(json.dumps(r["tool_calls"])) for r in replies) // 4
+    assert whole > 32768  # untrimmed, the history alone would not fit
+    assert endpoint.refusals == [] and len(endpoint.requests) == 16 and result.stopped_by == "turns"
+    last = endpoint.requests[-1]["messages"]
+    assert last[0]["content"] == render_protocol(True, ("evaluate", "submit"))
+    assert "## Earlier turns" in last[1]["content"] and "def run(x, w)" in last[1]["content"]
+    assert "- turn 1: evaluate(pytorch, main.py" in last[1]["content"] and "status: PASSED" in last[1]["content"]
+    assert last[-1]["role"] == "tool" and last[-1]["tool_call_id"] == "call_15"
+
+
+def test_a_context_error_trims_the_history_and_asks_again_with_tools_still_on(problem):
+    """The setting says 32K, the model has 9K: the endpoint's refusal names the limit."""
+    endpoint = ScriptedEndpoint([_big_call(n, 6000) for n in range(1, 7)], context_tokens=9000)
+    try:
+        result = run_session(ChatModel("m", endpoint.url, "key"), problem, "brief", RecordingEvaluator(),
+                             Budget(turns=6, evaluations=6), SessionConfig(context_tokens=32768, reply_tokens=500))
+    finally:
+        endpoint.close()
+    assert result.turns == 6 and result.evaluations == 6
+    assert [status for status, _ in endpoint.refusals] == [400]
+    assert endpoint.refusals[0][1]["error"]["code"] == "context_length_exceeded"
+    assert all("tools" in r for r in endpoint.requests)
+
+
+def test_every_turns_tokens_are_counted_once(problem):
+    endpoint = ScriptedEndpoint([
+        {"content": "Let me think about the shapes first."},
+        tool_call("evaluate", {"language": "pytorch", "files": [{"path": "main.py", "content": CORRECT}]}),
+        tool_call("submit", {}, "call_2"),
+    ])
+    recorded = []
+    try:
+        evaluator = RecordingEvaluator()
+        result = run_session(ChatModel("m", endpoint.url, "key"), problem, "brief", evaluator, Budget(),
+                             record_tokens=recorded.append)
+    finally:
+        endpoint.close()
+    first, thinking_then_call, closing = endpoint.usages[0], endpoint.usages[1], endpoint.usages[2]
+    assert evaluator.calls[0][1] == first + thinking_then_call  # the turns before the attempt go with it
+    assert recorded == [closing] and result.tokens == sum(endpoint.usages)
+
+
+def test_only_the_tools_given_are_offered_and_diagnostics_spend_the_evaluation_budget(problem):
+    solution = {"language": "pytorch", "files": [{"path": "main.py", "content": CORRECT}]}
+    endpoint = ScriptedEndpoint([
+        tool_call("profile", {**solution, "workload": 2}, "call_1"),
+        tool_call("inspect", solution, "call_2"),  # not offered
+        tool_call("note", {"text": "torch.mul is memory bound here"}, "call_3"),
+        tool_call("note", {"text": "a second note"}, "call_4"),
+        tool_call("evaluate", solution, "call_5"),
+    ])
+    profiled, noted = [], []
+
+    def profile(solution: Solution, workload_uuid: str, tokens: int) -> str:
+        profiled.append((solution.definition, workload_uuid, tokens))
+        return "profile: 1 kernel, 92% of DRAM bandwidth"
+
+    def note(text: str) -> str:
+        noted.append(text)
+        return "noted (1 entries, 30 chars)"
+
+    try:
+        evaluator = RecordingEvaluator()
+        tools = Tools(evaluator, profile=profile, note=note)
+        result = run_session(ChatModel("m", endpoint.url, "key"), problem, "brief", tools,
+                             Budget(evaluations=2, notes=1))
+    finally:
+        endpoint.close()
+    names = [t["function"]["name"] for t in endpoint.requests[0]["tools"]]
+    assert names == ["evaluate", "profile", "note", "submit"] and endpoint.refusals == []
+    assert profiled == [("scale", "n1000", endpoint.usages[0])]  # workload 2 of the list
+    answers = [r["messages"][-1]["content"] for r in endpoint.requests[1:]]
+    assert answers[0].startswith("profile: 1 kernel") and answers[1] == "unknown tool 'inspect'"
+    assert answers[2].startswith("noted") and answers[3].startswith("note refused: at most 1")
+    assert noted == ["torch.mul is memory bound here"]
+    assert len(evaluator.calls) == 1 and result.stopped_by == "evaluations"  # profile + evaluate: 2
+
+
+def test_the_brief_numbers_the_workloads_with_their_figures_and_shows_the_best_as_files(problem):
+    best = Solution.model_validate({
+        "name": "best", "definition": "scale", "author": "a",
+        "spec": {"languages": ["pytorch"], "target_hardware": ["LOCAL"], "entry_point": "main.py::run",
+                 "tunables": {"BLOCK": [128, 256]}},
+        "sources": [{"path": "main.py", "content": CORRECT}]})
+    figures = {"n17": {"reference": 0.015, "T_b": 0.012, "T_sol": 0.007}}
+    brief = problem_brief(problem, figures, (best, "status: PASSED"), notes="## A note\nuse float4")
+    assert '1. {"n": 17}: reference 0.015 ms, T_b 0.012 ms, T_sol 0.007 ms' in brief
+    assert '2. {"n": 1000}' in brief and "```python main.py\n" + CORRECT + "```" in brief
+    assert "\\n" not in brief and "use float4" in brief
+    parsed = parse_fenced(brief.split("## Current best solution")[1], "cuda")
+    assert parsed["files"] == [{"path": "main.py", "content": CORRECT}] and parsed["language"] == "pytorch"
+    assert parsed["tunables"] == {"BLOCK": [128, 256]} and parsed["entry_point"] == "main.py::run"
