@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the counting time per workload (default: KERNELSWARM_SOL_COUNT_TIME_S or 120)")
     p.set_defaults(handler=cmd_sol)
 
-    problems = command(commands, "problems", "list or validate problems").add_subparsers(metavar="ACTION")
+    problems = command(commands, "problems", "list, validate or import problems").add_subparsers(metavar="ACTION")
     p = command(problems, "list", "the problems under KERNELSWARM_PROBLEMS_DIR (default problems/)")
     p.add_argument("--json", action="store_true", help="print the problems as a JSON list on stdout")
     p.set_defaults(handler=cmd_problems_list)
@@ -82,6 +82,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", type=Path, nargs="+", metavar="PATH",
                    help="a problem folder, or a folder with problem folders below it")
     p.set_defaults(handler=cmd_problems_validate)
+    p = command(problems, "import", "register every problem found under the folders, by its definition's name, "
+                "for campaigns; optionally create a campaign over them",
+                "kernelswarm problems import ../shared/sol-execbench-sample --campaign 'SOL-ExecBench sample'")
+    p.add_argument("paths", type=Path, nargs="+", metavar="DIR",
+                   help="a problem folder, or a folder with problem folders below it (searched recursively)")
+    p.add_argument("--campaign", default=None, metavar="NAME",
+                   help="also create a RUNNING campaign of this name over the problems registered")
+    p.add_argument("--device", default=None, help="the campaign's device: cpu or cuda (default: KERNELSWARM_DEVICE or cpu)")
+    p.add_argument("--json", action="store_true", help="print what was registered (and refused, and why) as JSON")
+    p.set_defaults(handler=cmd_problems_import)
 
     p = command(commands, "up", "start Redis, planner, writers, evaluator and web; run the default campaign",
                 "kernelswarm up --device cpu --duration 60")
@@ -240,6 +250,56 @@ def cmd_problems_validate(args: argparse.Namespace) -> int:
                   f"{len(problem.seeds)} seed solutions", highlight=False)
     err.print(f"{len(folders) - failures} of {len(folders)} problems valid" if folders else "no problems found")
     return 1 if failures or not folders else 0
+
+
+def cmd_problems_import(args: argparse.Namespace) -> int:
+    """Register (insert or update by name) every problem under the paths that loads and has its data
+    files; the others are listed with the reason and make the exit status 1."""
+    from services.planner.campaign import create_campaign
+    from shared.db import Database
+    from shared.repository import upsert_problem
+
+    settings = Settings.from_env(device=args.device)
+    folders = []
+    for path in args.paths:
+        found = find_problems([path]) if path.is_dir() else []
+        if not found:
+            raise_user(f"{path}: no definition.json at or below it")
+        folders.extend(found)
+    problems, refused = [], {}
+    for folder in folders:
+        try:
+            problem = load_problem(folder, with_seeds=False)
+        except KernelSwarmError as error:
+            refused[str(folder)] = str(error)
+            continue
+        missing = missing_data_files(problem) + oversized(problem, settings.max_workload_bytes)
+        if missing:
+            refused[str(folder)] = "; ".join(missing)
+        else:
+            problems.append(problem)
+    names = [p.name for p in problems]
+    if len(set(names)) < len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise_user(f"two folders define the same problem name: {', '.join(twice)}")
+    db = Database(settings.db_url)
+    with db.session() as session:
+        ids = [upsert_problem(session, problem).id for problem in problems]
+    campaign_id = None
+    if args.campaign and ids:
+        campaign_id = create_campaign(db, args.campaign, ids, settings.device, settings.writers,
+                                      settings.attempts_per_assignment)
+    if args.json:
+        print(json.dumps({"registered": names, "refused": refused, "campaign": campaign_id}, indent=2))
+    else:
+        for folder, reason in refused.items():
+            err.print(f"[red]not registered[/red] {folder}: {reason}", highlight=False)
+        err.print(f"{len(names)} of {len(folders)} problems registered"
+                  + (f"; campaign {campaign_id} created over them ({_kick(settings, campaign_id, 'starts')})"
+                     if campaign_id is not None else ""), highlight=False)
+        for name in names:
+            print(name)
+    return 1 if refused or not names else 0
 
 
 def cmd_sol(args: argparse.Namespace) -> int:
