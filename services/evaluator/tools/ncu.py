@@ -180,7 +180,7 @@ def _detail(index: int, launch: Launch, duration_ns: float | None, dram_peak_gbp
     dram_rate, l2_rate = launch.rate_gbps(DRAM_RATE, DRAM_BYTES), launch.rate_gbps(L2_RATE)
     dram = pct("DRAM", DRAM_PCT)
     if dram and dram_rate is not None:
-        dram += f" of peak ({dram_rate:.0f} GB/s" + (f" of {dram_peak_gbps:.0f})" if dram_peak_gbps else ")")
+        dram += f" ({dram_rate:.0f}" + (f" of {dram_peak_gbps:.0f} GB/s)" if dram_peak_gbps else " GB/s)")
     l2 = pct("L2", L2_PCT)
     if l2 and l2_rate is not None:
         l2 += f" ({l2_rate:.0f} GB/s)"
@@ -192,9 +192,10 @@ def _detail(index: int, launch: Launch, duration_ns: float | None, dram_peak_gbp
     lines = [f"launch {index}: {launch.kernel} grid {launch.grid} block {launch.block}: {_ms(duration_ns)}",
              "  throughput (% of peak): " + (", ".join(t for t in throughput if t) or "none reported")]
     lines.append("  occupancy: " + _occupancy(launch, missing))
-    resources = [f"{v:.0f} {label}" for label, names in (("registers/thread", REGISTERS),
-                 ("B static smem/block", STATIC_SMEM), ("B dynamic smem/block", DYNAMIC_SMEM),
-                 ("waves/SM", WAVES)) if (v := launch.number(names)) is not None]
+    resources = [f"{v:{form}} {label}" for label, names, form in (
+        ("registers/thread", REGISTERS, ".0f"), ("B static smem/block", STATIC_SMEM, ".0f"),
+        ("B dynamic smem/block", DYNAMIC_SMEM, ".0f"), ("waves/SM", WAVES, ".1f"))
+        if (v := launch.number(names)) is not None]
     if resources:
         lines.append("  launch: " + ", ".join(resources))
     lines.append("  " + _stalls(launch, missing))
