@@ -1,7 +1,8 @@
 """A problem's page (`/problems/<name>`), its JSON, and downloads of solutions and traces.
 
 The DB gives the problem, its attempts and per-workload results (`problem_data`); the object store
-gives the best solution's sources and the traces as JSONL, both addressed by hash.
+gives the best solution's sources and the traces as JSONL, both addressed by hash. The problem's
+notes (`shared/notes.py`): the current file from the store, its entries' history from the DB.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ from services.web.db import get_db
 from services.web.highlight import highlight
 from services.web.problem_data import AttemptSummary, ProblemDetail, attempt_detail, problem_detail
 from shared.errors import NotFoundError, StoreError
+from shared.notes import NoteEntry, NotesFile, note_history, notes_file
+from shared.repository import problem_by_name
 from shared.schema import Solution, parse_model
 
 bp = Blueprint("problems", __name__)
 
 TRACES_SHOWN_BYTES = 64 * 1024  # the page shows the start of the JSONL; the download has it all
 METRIC_LABELS = {"sol_score": "SOL score", "speedup": "speedup over the reference"}
+NOTES_HISTORY_SHOWN = 50  # the page's history of note entries; the JSON has every one
 
 
 @bp.get("/problems/<name>")
@@ -29,6 +33,7 @@ def show(name: str) -> str:
     detail = _detail(name)
     solution, solution_note = _best_solution(detail.best)
     traces, traces_note = _best_traces(detail.best)
+    notes, notes_note, note_entries, notes_total = _notes(name, NOTES_HISTORY_SHOWN)
     reference = detail.definition.get("reference", "")
     return render_template(
         "problems/show.html", problem=detail, definition=detail.definition,
@@ -38,12 +43,24 @@ def show(name: str) -> str:
         solution=solution, solution_note=solution_note,
         sources_html=[(s.path, highlight(s.content, s.path)) for s in solution.sources] if solution else [],
         traces=traces, traces_note=traces_note,
+        notes=notes, notes_note=notes_note, note_entries=note_entries, notes_total=notes_total,
     )
 
 
 @bp.get("/api/problems/<name>")
 def api_show(name: str) -> Response:
     return _json(_detail(name).model_dump_json())
+
+
+@bp.get("/api/problems/<name>/notes")
+def api_notes(name: str) -> Response:
+    """The current notes file and every entry written, newest first."""
+    notes, notes_note, entries, total = _notes(name, None)
+    body = {"problem": name, "notes": notes.text if notes else None, "error": notes_note,
+            "entries_shown": notes.entries if notes else 0, "entries_total": total,
+            "history": [{"id": e.id, "author": e.author, "created_at": e.created_at.isoformat(),
+                         "attempt_id": e.attempt_id, "shown": e.shown, "text": e.text} for e in entries]}
+    return _json(json.dumps(body))
 
 
 @bp.get("/problems/<name>/solution.json")
@@ -83,6 +100,18 @@ def _detail(name: str) -> ProblemDetail:
 def _attempt(attempt_id: str) -> AttemptSummary:
     with get_db().session() as session:
         return attempt_detail(session, attempt_id)[0]
+
+
+def _notes(name: str, limit: int | None) -> tuple[NotesFile | None, str | None, list[NoteEntry], int]:
+    """The current notes file (None and why when it cannot be read), the newest `limit` entries
+    (all when None) and how many there are."""
+    with get_db().session() as session:
+        problem_id = problem_by_name(session, name).id
+        entries, total = note_history(session, problem_id, limit)
+        try:
+            return notes_file(session, get_backends().get_object, problem_id), None, entries, total
+        except (NotFoundError, StoreError) as error:
+            return None, f"The notes file cannot be read: {error}", entries, total
 
 
 def _require_best(detail: ProblemDetail) -> AttemptSummary:

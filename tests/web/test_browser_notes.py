@@ -1,0 +1,88 @@
+"""A problem's notes after a scripted campaign (tests/web/notes_campaign.py), on its page in headless
+Chromium: the trimmed file and its history, a writer's HTML shown as text and never run.
+
+`WEB_SCREENSHOTS_DIR=docs/screenshots pytest tests/web/test_browser_notes.py` refreshes
+docs/screenshots/problem-notes.png (test_browser.py says how the browser is driven)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import pytest
+from notes_campaign import HOSTILE, PROBLEM, SESSIONS, run_campaign
+from test_browser import CHROMEDRIVER, CHROMIUM, WIDTH, browser, csp_violations, shots, wait  # noqa: F401 (fixtures)
+
+from services.web import backends, create_app
+from services.web.serving import make_server
+from shared.settings import Settings
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER) or not __import__("pathlib").Path(CHROMIUM).exists(),
+                                reason="needs Debian's chromium and chromium-driver (make setup installs them)")
+
+
+class NotesSite:
+    """The web app on the campaign's DB and store, served by werkzeug in a thread."""
+
+    def __init__(self, root) -> None:
+        self.campaign = run_campaign(root)
+        runtime = self.campaign.runtime
+        self.app = create_app(Settings(home=root), runtime.db, runtime.store)
+        self.server = make_server("127.0.0.1", 0, self.app)
+        self.url = f"http://127.0.0.1:{self.server.socket.getsockname()[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.thread.join(timeout=5)
+        self.app.extensions[backends.EXTENSION].close()
+        self.campaign.close()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Iterator[NotesSite]:
+    running = NotesSite(tmp_path_factory.mktemp("notes-site"))
+    yield running
+    running.stop()
+
+
+def test_the_notes_of_a_campaign_on_the_problem_page(site, browser, shots):
+    assert site.campaign.trimmed == [site.campaign.problem_id]  # the campaign's notes outgrew the budget
+    csp_violations(browser)  # drop what earlier tests left
+    browser.get(f"{site.url}/problems/{PROBLEM}")
+    wait(browser, lambda d: d.find_element(By.TAG_NAME, "h1").text == PROBLEM)
+
+    notes = browser.find_element(By.ID, "notes-file")
+    text = notes.text
+    assert text.startswith(f"# Notes: {PROBLEM}")
+    assert "1 earlier entry is not shown and 1 is shortened" in text
+    assert SESSIONS[-1].note.splitlines()[0][:60] in text  # the newest in full
+    assert SESSIONS[2].note.splitlines()[0] in text and "| 1024 | 0.062 |" in text
+    assert SESSIONS[0].note[:40] not in text  # the oldest dropped from the file
+    assert "qwen3-coder-480b" in text
+
+    # A writer's HTML is text on the page: shown as written, never parsed or run.
+    assert HOSTILE in text
+    assert browser.title.startswith(PROBLEM) and not browser.find_elements(By.CSS_SELECTOR, "#notes img, #notes script")
+    assert browser.execute_script("return document.getElementById('notes-file').children.length") == 0  # no markup parsed
+
+    summary = browser.find_element(By.CSS_SELECTOR, "#note-history summary")
+    assert summary.text == f"history: the latest {len(SESSIONS)} of {len(SESSIONS)} entries"
+    summary.click()
+    rows = wait(browser, lambda d: [r for r in d.find_elements(By.CSS_SELECTOR, "#note-entries tbody tr")
+                                    if r.is_displayed()])
+    shown = [r.find_elements(By.TAG_NAME, "td")[4].text for r in rows]
+    assert shown == ["in full", "in full", "in full", "shortened", "dropped"]  # newest first
+    assert {r.find_elements(By.TAG_NAME, "td")[2].text for r in rows} == {"qwen3-coder-480b"}
+    assert "every entry (JSON)" in browser.find_element(By.ID, "notes").text
+    assert csp_violations(browser) == []
+
+    browser.execute_script("window.scrollTo(0, document.getElementById('notes').offsetTop - 12)")
+    browser.set_window_size(WIDTH, 1100)
+    path = shots / "problem-notes.png"
+    assert browser.save_screenshot(str(path)) and path.stat().st_size > 10_000
+    browser.set_window_size(WIDTH, 1000)
