@@ -9,6 +9,7 @@ from datetime import datetime
 from rich.console import Console
 from sqlalchemy import func, or_, select
 
+from kernelswarm.endpoints_watch import EndpointWatch
 from kernelswarm.launcher import GRACE_S, Exit, RedisServer, Services, WebServer, port_is_free
 from services.planner.campaign import add_problems, create_campaign, pause_campaign, resume_campaign, stop_campaign
 from services.planner.tick import IDLE, RUNNING, STOPPED
@@ -57,6 +58,7 @@ def run_up(settings: Settings, duration_s: float | None, new_campaign: bool = Fa
     out.print(started_line, highlight=False)
     services = Services(settings, settings.home / "logs", redis=redis_server)
     started_at = utcnow()
+    endpoints = EndpointWatch(settings)
     web = None
     stopping = {"signal": False}
     previous = signal.signal(signal.SIGTERM, lambda *_: stopping.update(signal=True))
@@ -67,7 +69,7 @@ def run_up(settings: Settings, duration_s: float | None, new_campaign: bool = Fa
                   f"{settings.device}; web at http://127.0.0.1:{settings.web_port}/ ; logs in "
                   f"{settings.home / 'logs'}; Ctrl-C stops", highlight=False)
         make_celery(settings).send_task(PLAN_TICK, args=[campaign_id])
-        _watch(db, campaign_id, services, duration_s, stopping, out)
+        _watch(db, campaign_id, services, duration_s, stopping, out, endpoints)
     except KeyboardInterrupt:
         out.print("stopping (Ctrl-C)")
     finally:
@@ -84,7 +86,7 @@ def run_up(settings: Settings, duration_s: float | None, new_campaign: bool = Fa
     restarted = [f"{name} {n}" for name, n in services.restart_counts.items() if n]
     if restarted:
         out.print(f"restarts while running: {', '.join(restarted)}", highlight=False)
-    return 0
+    return endpoints.exit_code(db, campaign_id, out)  # non-zero when the LLM endpoint refused every write
 
 
 def _campaign_for(db: Database, settings: Settings, problem_ids: list[int], new: bool) -> tuple[int, str]:
@@ -136,7 +138,7 @@ def cpu_sized(problems: list[Problem]) -> tuple[list[Problem], list[str]]:
 
 
 def _watch(db: Database, campaign_id: int, services: Services, duration_s: float | None,
-           stopping: dict, out: Console) -> None:
+           stopping: dict, out: Console, endpoints: EndpointWatch | None = None) -> None:
     started = time.monotonic()
     last_report = -PROGRESS_EVERY_S
     said: dict = {"state": (RUNNING, None), "counts": None, "problems": {}}
@@ -145,6 +147,8 @@ def _watch(db: Database, campaign_id: int, services: Services, duration_s: float
         if duration_s is not None and elapsed >= duration_s:
             return
         _report_exits(services.supervise(), services, out)
+        if endpoints is not None and endpoints.poll(elapsed, out):
+            return  # a fatal endpoint error paused the campaign: no writer can go on
         if elapsed - last_report >= PROGRESS_EVERY_S:
             last_report = elapsed
             state = _state(db, campaign_id)

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from shared.celery_app import EVALUATE_QUEUE, PLAN_QUEUE, WRITE_QUEUE, evaluate_queue
 from shared.db.models import AttemptRow, CampaignProblemRow, CampaignRow, ProblemRow, utcnow
 from shared.leaderboard import IN_FLIGHT, PASSED, as_utc
+from shared.endpoints import endpoint_errors
 from shared.health import evaluator_faults
 from shared.repository import PARTIAL, VERDICT_KIND
 
@@ -26,6 +27,7 @@ PING_TIMEOUT_S = 0.5
 RECENT_WORKER_WINDOW = timedelta(minutes=15)
 RECENT_ERRORS = 15
 MESSAGE_CHARS = 400
+ENDPOINT_ERRORS = 10
 ROLES = {"planner": "planner", "worker": "writers", "evaluator": "evaluator"}  # `-n <name>@host` prefixes
 
 
@@ -126,6 +128,20 @@ class EvaluatorHealth(BaseModel):
     last_message: str
 
 
+class EndpointErrorEntry(BaseModel):
+    """An error an LLM writer met at its endpoint (`shared.endpoints`): `fatal` ones (a wrong key or
+    model, no quota) paused the writer's campaign; the others (rate limits, 5xx) are retried."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    at: datetime
+    kind: str
+    fatal: bool
+    model: str | None
+    assignment: int | None
+    message: str
+
+
 class StatusReport(BaseModel):
     """`queues` and `workers_online` are None when they could not be asked (no Redis configured,
     or Redis unreachable: `redis_error` says which). `processes` is None unless the web is served
@@ -144,6 +160,7 @@ class StatusReport(BaseModel):
     campaigns: list[CampaignState]
     processes: list[SupervisedProcess] | None = None
     evaluator_faults: list[EvaluatorHealth] | None = None  # None where Redis could not be asked
+    endpoint_errors: list[EndpointErrorEntry] | None = None  # newest first, the latest ENDPOINT_ERRORS; None: not asked
 
 
 def status_report(session: Session, client: redis.Redis | None, celery: Celery | None,
@@ -151,13 +168,15 @@ def status_report(session: Session, client: redis.Redis | None, celery: Celery |
     campaigns = _campaigns(session)
     names = [PLAN_QUEUE, WRITE_QUEUE, EVALUATE_QUEUE]
     names += sorted({evaluate_queue(c.device) for c in campaigns} - set(names))
-    queues, workers, error, faults = None, None, None, None
+    queues, workers, error, faults, endpoint = None, None, None, None, None
     if client is None or celery is None:
         error = "no Redis configured (KERNELSWARM_REDIS_URL)"
     else:
         try:
             queues = queue_depths(client, names)
             faults = [EvaluatorHealth(**f) for f in evaluator_faults(client)]
+            endpoint = [EndpointErrorEntry(**{k: e.get(k) for k in EndpointErrorEntry.model_fields})
+                        for e in endpoint_errors(client)[:ENDPOINT_ERRORS]]
             workers = online_workers(celery)
         except (redis.RedisError, OperationalError) as failure:
             log.warning("status: redis unreachable error=%r", failure)
@@ -166,7 +185,7 @@ def status_report(session: Session, client: redis.Redis | None, celery: Celery |
         generated_at=datetime.now(timezone.utc), queues=queues, workers_online=workers, redis_error=error,
         busy_evaluators=_busy_evaluators(session), recent_evaluators=_recent_evaluators(session),
         throughput=_throughput(session), recent_errors=_recent_errors(session), campaigns=campaigns,
-        processes=processes, evaluator_faults=faults,
+        processes=processes, evaluator_faults=faults, endpoint_errors=endpoint,
     )
 
 

@@ -16,7 +16,8 @@ from services.web import status
 from services.web.status_data import SupervisedProcess
 from shared.celery_app import PLAN_TICK
 from shared.db import CampaignRow, utcnow
-from shared.errors import EvaluatorFault
+from shared.endpoints import record_endpoint_error
+from shared.errors import EndpointError, EndpointUnavailable, EvaluatorFault
 from shared.health import UNHEALTHY_AFTER, record_fault
 
 
@@ -200,3 +201,17 @@ def test_a_campaigns_reason_is_shown_beside_its_status(web, seed, db):
     assert "RUNNING" in row and "idle: every problem retired (1)" in row
     assert "token &lt;budget&gt; spent" in html  # escaped
     assert web.get("/api/status").get_json()["campaigns"][1]["status_reason"] == "idle: every problem retired (1)"
+
+
+def test_llm_endpoint_errors_are_shown_at_once_fatal_ones_as_such(web, queues):
+    assert web.get("/api/status").get_json()["endpoint_errors"] == []  # Redis asked, nothing kept
+    record_endpoint_error(queues, EndpointUnavailable("rate_limit", "Rate limit reached for gpt-4o"), "gpt-4o", 7)
+    record_endpoint_error(queues, EndpointError("auth", "LLM endpoint https://api.example/v1 (model gpt-4o): "
+                                                "Incorrect API key provided: sk-ab****"), "gpt-4o", 8)
+
+    newest, older = web.get("/api/status").get_json()["endpoint_errors"]
+    assert (newest["kind"], newest["fatal"], newest["assignment"]) == ("auth", True, 8)
+    assert (older["kind"], older["fatal"], older["model"]) == ("rate_limit", False, "gpt-4o")
+    html = web.get("/status").get_data(as_text=True)
+    section = re.search(r'<section id="endpoint-errors">.*?</section>', html, re.DOTALL).group(0)
+    assert "fatal: campaign paused" in section and "Incorrect API key provided" in section and "retried" in section

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
 import pytest
-from fake_openai import ScriptedEndpoint, tool_call
+import redis
+from fake_openai import RATE_LIMITED, ScriptedEndpoint, tool_call
+from kernelswarm.launcher import RedisServer
 from services.planner.sweep import expire_leases
 from services.worker.write import run_assignment
-from shared.db import AssignmentRow, AttemptRow, CampaignRow, utcnow
-from shared.errors import RetryableError
+from shared.db import AssignmentRow, AttemptRow, BaselineRow, CampaignRow, utcnow
+from shared.endpoints import endpoint_errors
+from shared.errors import EndpointUnavailable, RetryableError
 from shared.repository import get_solution, upsert_problem
 from shared.runtime import Runtime
 from shared.schema import load_problem
@@ -44,6 +48,11 @@ def test_agent_writes_when_an_api_key_is_set(tmp_path):
                                openai_api_key="sk-test", openai_base_url=endpoint.url))
     try:
         assignment_id = add_assignment(runtime, guidance="the last attempt was slow")
+        with runtime.db.session() as session:  # a baseline the evaluator measured earlier: known without running
+            assignment = session.get(AssignmentRow, assignment_id)
+            first = load_problem(PROBLEMS / "llama31_8b_rmsnorm").workloads[0].uuid
+            session.add(BaselineRow(problem_id=assignment.problem_id, workload_uuid=first, hardware="LOCAL",
+                                    eager_ms=0.25, compile_ms=0.125))
 
         def judge(attempt_id: str, device: str) -> None:  # the evaluator's verdict, at once
             with runtime.db.session() as session:
@@ -61,6 +70,7 @@ def test_agent_writes_when_an_api_key_is_set(tmp_path):
         assert get_solution(runtime.store, rows[0].solution_hash).author == "test-model"
         brief = endpoint.requests[0]["messages"][1]["content"]
         assert "the last attempt was slow" in brief  # the planner's guidance reaches the model
+        assert re.search(r"^1\. \{.*\}: T_b 0\.125 ms$", brief, re.MULTILINE)  # the workload's baseline
         assert endpoint.requests[1]["messages"][-1]["content"].startswith("status: INCORRECT_NUMERICAL")
     finally:
         endpoint.close()
@@ -87,4 +97,59 @@ def test_an_unreachable_endpoint_gives_the_assignment_back_for_the_planner_to_re
             assert session.scalar(select(func.count()).select_from(AttemptRow)) == 0
         assert expire_leases(runtime.db, utcnow(), 3600.0) == [assignment_id]  # the planner's sweep takes it
     finally:
+        runtime.db.dispose()
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    server = RedisServer(tmp_path / "redis")
+    yield server.url
+    server.stop()
+
+
+def test_a_wrong_key_cancels_the_assignment_pauses_the_campaign_and_is_recorded(tmp_path, redis_url):
+    endpoint = ScriptedEndpoint([tool_call("submit", {})], api_keys={"sk-right"})
+    runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS, attempt_wait_s=5.0, model="test-model",
+                               openai_api_key="sk-wrong", openai_base_url=endpoint.url, redis_url=redis_url))
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assignment_id = add_assignment(runtime)
+
+        def never(attempt_id: str, device: str) -> None:
+            raise AssertionError("nothing reaches the evaluator without a model")
+
+        assert run_assignment(runtime, assignment_id, never) == 0
+        with runtime.db.session() as session:
+            assignment = session.get(AssignmentRow, assignment_id)
+            campaign = session.get(CampaignRow, assignment.campaign_id)
+            assert assignment.status == "CANCELLED" and campaign.status == "PAUSED"
+            assert campaign.status_reason.startswith("LLM endpoint error (auth)") and "OPENAI_API_KEY" in \
+                campaign.status_reason
+        assert expire_leases(runtime.db, utcnow(), 3600.0) == []  # nothing for the planner to hand out again
+        assert len(endpoint.requests) == 1  # the key is not tried again
+        (recorded,) = endpoint_errors(client)
+        assert recorded["fatal"] and recorded["kind"] == "auth" and recorded["assignment"] == assignment_id
+    finally:
+        client.close()
+        endpoint.close()
+        runtime.db.dispose()
+
+
+def test_a_rate_limit_is_recorded_and_the_assignment_given_back(tmp_path, redis_url):
+    endpoint = ScriptedEndpoint([RATE_LIMITED] * 3)  # the client's own two retries, then the task's backoff
+    runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS, attempt_wait_s=5.0, model="test-model",
+                               openai_api_key="sk-test", openai_base_url=endpoint.url, redis_url=redis_url))
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assignment_id = add_assignment(runtime)
+        with pytest.raises(EndpointUnavailable, match="Rate limit reached"):
+            run_assignment(runtime, assignment_id, lambda attempt_id, device: None)
+        with runtime.db.session() as session:
+            assert session.get(AssignmentRow, assignment_id).status == "RUNNING"
+            assert session.get(CampaignRow, session.get(AssignmentRow, assignment_id).campaign_id).status == "RUNNING"
+        (recorded,) = endpoint_errors(client)
+        assert not recorded["fatal"] and recorded["kind"] == "rate_limit"
+    finally:
+        client.close()
+        endpoint.close()
         runtime.db.dispose()
