@@ -195,6 +195,7 @@ def _merit(config: PolicyConfig):
     estimate = 1.0 / (1.0 + (1.0 / AttemptRow.speedup - inverse) / (1.0 - inverse))
     return case(
         (AttemptRow.status != PASSED, None),
+        (AttemptRow.kind != VERDICT_KIND, None),  # a diagnostic's row: no merit, whatever it says
         (AttemptRow.sol_score.is_not(None), AttemptRow.sol_score),
         (AttemptRow.speedup.is_(None) | (AttemptRow.speedup <= 0), None),
         (AttemptRow.speedup >= config.assumed_sol_speedup, MAX_ESTIMATE),
@@ -223,8 +224,8 @@ def _finished_query(campaign_id: int, config: PolicyConfig, restrict):
     gained = select(ordered, case(
         (and_(ordered.c.merit.is_not(None), ordered.c.merit > before, before < 1.0),
          (ordered.c.merit - before) / (1.0 - before)), else_=0.0).label("gain")).subquery()
-    passed = gained.c.status == PASSED
     verdict = gained.c.verdict
+    passed = verdict & (gained.c.status == PASSED)
     return select(
         gained.c.problem_id,
         func.sum(case((verdict, 1), else_=0)).label("attempts"),
