@@ -37,6 +37,7 @@ from sqlalchemy.orm import Session
 
 from shared.db.models import AttemptRow, NoteRow, NotesFileRow, ProblemRow, utcnow
 from shared.errors import NotFoundError, UserError
+from shared.runtime import Runtime
 from shared.store import ObjectStore
 
 FULL, SHORT, DROPPED = "FULL", "SHORT", "DROPPED"
@@ -83,11 +84,10 @@ def check_note(text: str, max_chars: int) -> tuple[str, str | None]:
     return clean, None
 
 
-def append_note(runtime, problem_id: int, author: str, text: str, *, attempt_id: str | None = None) -> str:
+def append_note(runtime: Runtime, problem_id: int, author: str, text: str, *, attempt_id: str | None = None) -> str:
     """Append an entry to the problem's notes and rewrite its file; returns what the model is told:
-    "noted (n entries, m chars)", or why the note was refused (nothing is recorded then).
-    `runtime`: a `shared.runtime.Runtime`. An `attempt_id` that is not the problem's is the
-    caller's mistake, not the model's: `UserError`."""
+    "noted (n entries, m chars)", or why the note was refused (nothing is recorded then). An
+    `attempt_id` that is not the problem's is the caller's mistake, not the model's: `UserError`."""
     settings = runtime.settings
     clean, refused = check_note(text, settings.note_max_chars)
     if refused:
@@ -110,7 +110,7 @@ def append_note(runtime, problem_id: int, author: str, text: str, *, attempt_id:
     return told
 
 
-def read_notes(runtime, problem_id: int) -> str:
+def read_notes(runtime: Runtime, problem_id: int) -> str:
     """The problem's current notes Markdown, "" when it has none; never longer than
     `notes_budget_chars` (over it, until the planner trims: the title and the newest entries that fit)."""
     budget = runtime.settings.notes_budget_chars

@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from shared.db.models import AttemptRow, CampaignProblemRow, NoteRow, NotesFileRow
 from shared.notes import DROPPED, FULL, SHORT, lock_problem, omitted_line, render_entry, rewrite_notes, \
     shown_entries, title
+from shared.runtime import Runtime
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def choose_shown(candidates: Sequence[Candidate], budget: int, overhead: int) ->
     return shown
 
 
-def trim_notes(runtime, problem_id: int) -> bool:
+def trim_notes(runtime: Runtime, problem_id: int) -> bool:
     """Trim the problem's notes file if it is over the budget; True when it did."""
     budget = runtime.settings.notes_budget_chars
     with runtime.db.session() as session:
@@ -96,7 +97,7 @@ def trim_notes(runtime, problem_id: int) -> bool:
         return True
 
 
-def trim_campaign_notes(runtime, campaign_id: int) -> list[int]:
+def trim_campaign_notes(runtime: Runtime, campaign_id: int) -> list[int]:
     """Trim the notes of the campaign's problems that are over the budget (one cheap query when
     none is); returns the problems trimmed."""
     with runtime.db.session() as session:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from notes_campaign import HOSTILE, PROBLEM, SESSIONS, run_campaign
@@ -20,7 +21,7 @@ from shared.settings import Settings
 webdriver = pytest.importorskip("selenium.webdriver")
 from selenium.webdriver.common.by import By  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER) or not __import__("pathlib").Path(CHROMIUM).exists(),
+pytestmark = pytest.mark.skipif(not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()),
                                 reason="needs Debian's chromium and chromium-driver (make setup installs them)")
 
 
