@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import socket
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -25,11 +27,11 @@ PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
 SOURCE = "import torch\n\ndef run(hidden_states, weight, output):\n    output.copy_(hidden_states)\n"
 
 
-def add_assignment(runtime: Runtime, guidance: str | None = None) -> int:
+def add_assignment(runtime: Runtime, guidance: str | None = None, device: str = "cpu") -> int:
     """A running campaign on the RMSNorm problem with one QUEUED assignment of 3 attempts."""
     with runtime.db.session() as session:
         problem_id = upsert_problem(session, load_problem(PROBLEMS / "llama31_8b_rmsnorm")).id
-        campaign = CampaignRow(name="c", device="cpu", status="RUNNING")
+        campaign = CampaignRow(name="c", device=device, status="RUNNING")
         session.add(campaign)
         session.flush()
         assignment = AssignmentRow(campaign_id=campaign.id, problem_id=problem_id, budget_attempts=3,
@@ -151,5 +153,41 @@ def test_a_rate_limit_is_recorded_and_the_assignment_given_back(tmp_path, redis_
         assert not recorded["fatal"] and recorded["kind"] == "rate_limit"
     finally:
         client.close()
+        endpoint.close()
+        runtime.db.dispose()
+
+
+def test_profile_and_note_are_bound_to_the_diagnose_and_notes_modules(tmp_path, monkeypatch):
+    """`services.worker.diagnose` faked (another module's job): what the writer passes it; the
+    note goes through the real `shared.notes` and reaches the next writer's brief."""
+    calls = []
+
+    def diagnose(runtime, job, model_name, solution, kind, *, workload_uuid=None, kernel=None, tokens=0,
+                 send_evaluate=None, wait=None):
+        calls.append((job.assignment_id, model_name, solution.author, kind, workload_uuid, kernel, tokens))
+        return "profile: 1 kernel, 40% of DRAM bandwidth"
+
+    monkeypatch.setitem(sys.modules, "services.worker.diagnose", types.SimpleNamespace(diagnose=diagnose))
+    solution = {"language": "pytorch", "files": [{"path": "main.py", "content": SOURCE}]}
+    endpoint = ScriptedEndpoint([
+        tool_call("profile", {**solution, "workload": 1}, "call_1"),
+        tool_call("note", {"text": "copying the input is 40% of bandwidth"}, "call_2"),
+        tool_call("submit", {}, "call_3"),
+        tool_call("submit", {}, "call_1"),  # the second writer's
+    ])
+    runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS, attempt_wait_s=5.0, model="test-model",
+                               openai_api_key="sk-test", openai_base_url=endpoint.url))
+    try:
+        assignment_id = add_assignment(runtime, device="cuda")
+        run_assignment(runtime, assignment_id, lambda attempt_id, device: None)
+        offered = [t["function"]["name"] for t in endpoint.requests[0]["tools"]]
+        assert offered == ["evaluate", "profile", "inspect", "note", "submit"]
+        first = load_problem(PROBLEMS / "llama31_8b_rmsnorm").workloads[0].uuid
+        assert calls == [(assignment_id, "test-model", "test-model", "profile", first, None, endpoint.usages[0])]
+        assert endpoint.requests[1]["messages"][-1]["content"].startswith("profile: 1 kernel")
+        assert endpoint.requests[2]["messages"][-1]["content"].startswith("noted")
+        run_assignment(runtime, add_assignment(runtime, device="cuda"), lambda attempt_id, device: None)
+        assert "copying the input is 40% of bandwidth" in endpoint.requests[3]["messages"][1]["content"]
+    finally:
         endpoint.close()
         runtime.db.dispose()
