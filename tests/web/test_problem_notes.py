@@ -7,10 +7,11 @@ import json
 import re
 
 import pytest
+from notes_campaign import BUDGET_CHARS, SESSIONS, run_campaign
 
 from services.planner.notes import trim_notes
 from shared.db.models import NotesFileRow
-from shared.notes import append_note
+from shared.notes import append_note, read_notes
 from shared.runtime import Runtime
 from shared.settings import Settings
 
@@ -119,3 +120,25 @@ def test_a_notes_file_missing_from_the_store_is_said_and_the_history_still_shows
 
     assert "The notes file cannot be read: object " in html and "not in the store" in html
     assert "kept in the DB" in html  # the history's text
+
+
+def test_a_scripted_campaign_leaves_notes_that_the_next_writers_read(tmp_path):
+    """The campaign of the screenshot, without a browser: each session's brief carries the notes of
+    the sessions before it, each `note` is answered, the planner's trim leaves the file in budget."""
+    campaign = run_campaign(tmp_path)
+    try:
+        requests = campaign.endpoint.requests
+        briefs = [r["messages"][1]["content"] for r in requests if len(r["messages"]) == 2]  # a session's first
+        assert len(briefs) == len(SESSIONS)
+        for n, brief in enumerate(briefs):
+            written = [s.note.splitlines()[0] for s in SESSIONS[:n]]
+            assert all(first in brief for first in written), n
+            assert SESSIONS[n].note.splitlines()[0] not in brief
+        answers = [m["content"] for r in requests for m in r["messages"] if m["role"] == "tool"
+                   and m["content"].startswith("noted (")]
+        assert len(set(answers)) == len(SESSIONS)
+        assert campaign.trimmed == [campaign.problem_id]
+        notes = read_notes(campaign.runtime, campaign.problem_id)
+        assert len(notes) <= BUDGET_CHARS and SESSIONS[-1].note.splitlines()[0] in notes
+    finally:
+        campaign.close()
