@@ -28,6 +28,7 @@ entries it keeps); until then `read_notes` gives the title and the newest entrie
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -39,6 +40,8 @@ from shared.db.models import AttemptRow, NoteRow, NotesFileRow, ProblemRow, utcn
 from shared.errors import NotFoundError, UserError
 from shared.runtime import Runtime
 from shared.store import ObjectStore
+
+log = logging.getLogger(__name__)
 
 FULL, SHORT, DROPPED = "FULL", "SHORT", "DROPPED"
 IN_FILE = (FULL, SHORT)
@@ -112,17 +115,22 @@ def append_note(runtime: Runtime, problem_id: int, author: str, text: str, *, at
 
 def read_notes(runtime: Runtime, problem_id: int) -> str:
     """The problem's current notes Markdown, "" when it has none; never longer than
-    `notes_budget_chars` (over it, until the planner trims: the title and the newest entries that fit)."""
+    `notes_budget_chars` (over it, until the planner trims: the title and the newest entries that
+    fit). A file gone from the store is rendered again from its entries, as the file was."""
     budget = runtime.settings.notes_budget_chars
     with runtime.db.session() as session:
         row = session.get(NotesFileRow, problem_id)
         if row is None:
             return ""
-        if row.chars <= budget:
-            digest = row.notes_hash
-        else:
+        if row.chars > budget:
             return _newest_that_fit(session, problem_id, budget)
-    return runtime.store.get(digest).decode()
+        digest = row.notes_hash
+    try:
+        return runtime.store.get(digest).decode()
+    except NotFoundError:
+        log.warning("problem=%s notes file %s is not in the store: rendered from the DB", problem_id, digest)
+        with runtime.db.session() as session:
+            return _newest_that_fit(session, problem_id, budget)
 
 
 def lock_problem(session: Session, problem_id: int) -> ProblemRow:

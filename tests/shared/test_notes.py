@@ -156,6 +156,19 @@ def test_a_shortened_entry_shows_its_first_line(runtime):
     assert render_entry(row, "SHORT") == "### #5 · 2026-01-01 12:00 UTC · m · shortened\nfirst…\n"
 
 
+def test_a_file_gone_from_the_store_reads_as_it_was_rendered_from_the_db(runtime):
+    problem_id = add_problem(runtime)
+    for n in range(3):
+        append_note(runtime, problem_id, "m", f"finding {n}\nwith detail")
+    row, text = stored_file(runtime, problem_id)
+    path = runtime.store.root / row.notes_hash[:2] / row.notes_hash[2:]
+    path.unlink()
+
+    assert read_notes(runtime, problem_id) == text
+    append_note(runtime, problem_id, "m", "finding 3")  # and the next append writes the file again
+    assert "finding 3" in stored_file(runtime, problem_id)[1]
+
+
 def test_concurrent_appends_all_reach_the_file(runtime):
     problem_id = add_problem(runtime)
     runtime.db  # opened (and migrated) once, before the threads
