@@ -131,7 +131,7 @@ class ChatModel:
         try:
             return self._ask(request)
         except self._openai.APIStatusError as error:
-            if offered and _says_unsupported(error, "tool"):
+            if offered and not _is_context_error(error) and _says_unsupported(error, "tool"):
                 log.warning("model=%s endpoint refused tools (%s); fenced files from now on", self.model, error)
                 self.tools_supported = False
                 raise ToolsRefused(str(error)) from error
@@ -209,7 +209,7 @@ def _says_unsupported(error: Any, what: str) -> bool:
 
 
 CONTEXT_WORDS = ("context length", "context_length", "context window", "maximum context", "too many tokens",
-                 "prompt is too long", "reduce the length", "must be <=")
+                 "prompt is too long", "reduce the length", "max_new_tokens` must be")  # the last: TGI's
 
 
 def _is_context_error(error: Any) -> bool:
