@@ -118,3 +118,11 @@ def test_the_command_profiles_only_the_range_at_the_gpus_clocks(tmp_path):
             ("--page", "raw"), ("--log-file", str(tmp_path / "log.csv"))} <= pairs
     assert {name for flag, name in pairs if flag == "--section"} == set(ncu.SECTIONS)
     assert command[-4:] == ["python", "-m", "target", "job.json"]
+
+
+def test_stall_reasons_of_another_spelling_are_read_too():
+    metrics = {k: v for k, v in METRICS.items() if "stalled" not in k}
+    metrics["smsp__warps_issue_stalled_math_pipe_throttle_per_warp_active.pct"] = ("%", "30", "1")
+    metrics["smsp__warps_issue_stalled_short_scoreboard_per_warp_active.pct"] = ("%", "10", "1")
+    text = ncu.summary(ncu.parse(page(metrics)))
+    assert "top warp stalls (share of stall cycles): math_pipe_throttle 75%, short_scoreboard 25%" in text

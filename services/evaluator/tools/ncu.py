@@ -45,6 +45,9 @@ STALL_FAMILIES = (
     re.compile(r"^smsp__warp_issue_stalled_(?P<reason>[a-z0-9_]+?)_per_warp_active\.pct$"),
     re.compile(r"^smsp__pcsamp_warps_issue_stalled_(?P<reason>[a-z0-9_]+?)$"),
 )
+# Where none of those is there: any stall metric, its reason the words after `issue_stalled_`.
+ANY_STALL = re.compile(r"^smsp__\w*issue_stalled_(?P<reason>[a-z0-9]+(?:_[a-z0-9]+)*?)(?:_per_[a-z_]+)?"
+                       r"(?:\.(?:ratio|pct|sum|avg))*$")
 NOT_STALLS = {"selected"}  # a warp issuing is no stall
 
 _TIME_NS = {"ns": 1.0, "nsecond": 1.0, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "s": 1e9, "second": 1e9}
@@ -230,6 +233,8 @@ def _stalls(launch: Launch, missing: list[str]) -> str:
         found = {r: v for r, v in launch.matching(family).items() if r not in NOT_STALLS and v > 0}
         if len(found) > len(best):
             best = found
+    if not best:
+        best = {r: v for r, v in launch.matching(ANY_STALL).items() if r not in NOT_STALLS and v > 0}
     total = sum(best.values())
     if not total:
         missing.append("warp stall reasons")

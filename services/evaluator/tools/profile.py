@@ -151,7 +151,8 @@ def _run_ncu(folder: Path, problem: Problem, solution: Solution, config: EvalCon
     log_file, console = home / "ncu.csv", home / "console.log"
     command = ncu.command(tool, [sys.executable, "-m", "services.evaluator.tools.target", str(folder / "job.json")],
                           log_file)
-    view = encoded_view(candidate_view((home,), shared_folders(config.device), parents=True))
+    visible = (problem.root,) if problem.root is not None else ()  # its safetensors inputs, where it has any
+    view = encoded_view(candidate_view((home,), shared_folders(config.device), visible, parents=True))
     hook = _confinement(view, libc())
     with open(console, "wb") as out:
         process = subprocess.Popen(command, cwd=home, env=scrubbed_env(home), stdin=subprocess.DEVNULL, stdout=out,
@@ -192,8 +193,8 @@ def _confinement(view: tuple[tuple[bytes, bool], ...], lib):
         if os.geteuid() == 0:
             if lib.unshare(CLONE_NEWNET) == 0:
                 _loopback_up()
-            if view:
-                private_view(view, lib)
+            if view and not private_view(view, lib):
+                os.write(2, b"kernelswarm profile: no private view here; files outside its folder stay writable\n")
         set_parent_death_signal(signal.SIGKILL, lib)
 
     return hook
