@@ -236,7 +236,7 @@ def _newest_that_fit(session: Session, problem_id: int, budget: int) -> str:
     parts = [head]
     if total > len(kept) or shortened:
         parts.append(omitted_line(total - len(kept), shortened))
-    return "\n".join(parts + list(reversed(kept)))
+    return "\n".join(parts + list(reversed(kept)))[:budget]  # [:budget]: a budget below the title's length
 
 
 def notes_file(session: Session, store_get, problem_id: int) -> NotesFile | None:

@@ -89,6 +89,8 @@ def trim_notes(runtime: Runtime, problem_id: int) -> bool:
                       for r in rows]
         overhead = len(title(problem.name)) + len(omitted_line(10**9, 10**9)) + 1
         shown = choose_shown(candidates, budget, overhead)
+        if all(r.shown == shown[r.id] for r in rows):  # a budget too small for even the title: as it was
+            return False
         for r in rows:
             r.shown = shown[r.id]
         before = row.chars

@@ -130,6 +130,21 @@ def test_a_dropped_entry_stays_dropped_and_new_ones_keep_coming_in(runtime):
     assert "earlier entries are not shown" in text
 
 
+def test_a_budget_too_small_for_any_entry_drops_them_once(tmp_path):
+    runtime = Runtime(Settings(home=tmp_path, notes_budget_chars=120))
+    try:
+        [problem_id] = add_problems(runtime.db, 1)
+        for n in range(3):
+            append_note(runtime, problem_id, "m", f"n{n}: {PADDING}")
+
+        assert trim_notes(runtime, problem_id)
+        assert set(in_file(runtime, problem_id)[0].values()) == {"DROPPED"}
+        assert not trim_notes(runtime, problem_id)  # still over (the title and the line), nothing left to do
+        assert len(read_notes(runtime, problem_id)) <= 120
+    finally:
+        runtime.db.dispose()
+
+
 def test_the_campaign_trims_only_its_problems_over_the_budget(runtime):
     over, under, elsewhere = add_problems(runtime.db, 3)
     with runtime.db.session() as session:
