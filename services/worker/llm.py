@@ -250,7 +250,10 @@ def _assemble(stream: Any, messages: list[dict[str, Any]]) -> Reply:
             if delta.content:
                 parts.append(delta.content)
             for piece in delta.tool_calls or []:
-                slot = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
+                index = piece.index  # some servers send none: a new id opens a call, pieces go to the last
+                if index is None:
+                    index = len(calls) if piece.id or not calls else max(calls)
+                slot = calls.setdefault(index, {"id": "", "name": "", "arguments": ""})
                 slot["id"] = slot["id"] or (piece.id or "")
                 if piece.function is not None:
                     slot["name"] = slot["name"] or (piece.function.name or "")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 from fake_openai import RATE_LIMITED, RequestRefused, ScriptedEndpoint, Slow, check_tools, openai_error, tool_call
-from services.worker.llm import ChatModel, ContextTooLong, ToolsRefused, tool_schemas
+from services.worker.llm import ChatModel, ContextTooLong, ToolsRefused, _assemble, tool_schemas
 from shared.errors import EndpointError, EndpointUnavailable
 
 ALL = ("evaluate", "profile", "inspect", "note", "submit")
@@ -138,3 +139,18 @@ def test_a_slow_streamed_turn_runs_past_the_turn_timeout_while_chunks_keep_comin
     finally:
         endpoint.close()
     assert silent.value.kind == "timeout"
+
+
+def test_tool_call_deltas_without_an_index_are_put_together_by_id():
+    """Some OpenAI-compatible servers leave `index` out of tool-call deltas."""
+    def chunk(call_id=None, name=None, arguments=None, usage=None):
+        function = SimpleNamespace(name=name, arguments=arguments)
+        delta = SimpleNamespace(content=None, tool_calls=[SimpleNamespace(index=None, id=call_id, function=function)])
+        return SimpleNamespace(usage=usage, choices=[SimpleNamespace(delta=delta)])
+
+    stream = [chunk("a", "evaluate", '{"language": '), chunk(arguments='"cuda"}'), chunk("b", "submit", "{}"),
+              SimpleNamespace(usage=SimpleNamespace(total_tokens=42, prompt_tokens=40), choices=[])]
+    reply = _assemble(stream, MESSAGES)
+    assert [(c.id, c.name, c.arguments) for c in reply.tool_calls] == [("a", "evaluate", {"language": "cuda"}),
+                                                                       ("b", "submit", {})]
+    assert (reply.tokens, reply.prompt_tokens) == (42, 40)
