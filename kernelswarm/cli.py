@@ -189,18 +189,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0 if result.status.value == "PASSED" else 1
 
 
-def _traces_table(problem: str, solution: str, result) -> Table:
+def _traces_table(problem: str, solution: str, result, width: int | None = None) -> Table:
+    """One row per workload: latency and reference as median [q1–q3] over the timed runs, the speedup
+    only where those intervals do not overlap (else ≈1x). Below 120 columns the axes and T_sol are
+    left out (`--json` has everything) and the detail folds."""
+    from shared.spread import latency_text, reference_text, speedup_text
+
+    wide = (width or err.width) >= 120
     table = Table(title=f"{solution} on {problem}: {result.status.value}")
-    for column in ("workload", "axes", "status", "latency ms", "reference ms", "speedup", "T_sol ms", "SOL",
-                   "detail"):
-        table.add_column(column, overflow="fold")
+    columns = ["workload", *(["axes"] if wide else []), "status", "latency ms", "reference ms", "speedup",
+               *(["T_sol ms"] if wide else []), "SOL", "detail"]
+    for column in columns:
+        table.add_column(column, overflow="fold", min_width={"detail": 6, "latency ms": 15, "reference ms": 15}.get(column))
     for trace in result.traces:
         evaluation, perf, sol = trace.evaluation, trace.evaluation.performance, trace.evaluation.sol
-        table.add_row(trace.workload.uuid[:8], json.dumps(trace.workload.axes), evaluation.status.value,
-                      f"{perf.latency_ms:.4f}" if perf else "", f"{perf.reference_latency_ms:.4f}" if perf else "",
-                      f"{perf.speedup_factor:.2f}x" if perf else "", f"{sol.t_sol_ms:.4f}" if sol else "",
-                      f"{sol.score:.2f}" if sol else "",
-                      evaluation.log.strip().splitlines()[-1][:160] if evaluation.log.strip() else "")
+        cells = {"workload": trace.workload.uuid[:8], "axes": json.dumps(trace.workload.axes),
+                 "status": evaluation.status.value, "latency ms": latency_text(trace).replace(" [", "\n[") if perf else "",
+                 "reference ms": reference_text(trace).replace(" [", "\n[") if perf else "", "speedup": speedup_text(trace) if perf else "",
+                 "T_sol ms": f"{sol.t_sol_ms:.4f}" if sol else "", "SOL": f"{sol.score:.2f}" if sol else "",
+                 "detail": evaluation.log.strip().splitlines()[-1][:160] if evaluation.log.strip() else ""}
+        table.add_row(*(cells[c] for c in columns))
     return table
 
 
@@ -377,7 +385,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     if args.json:
         print(board.model_dump_json(indent=2))
     else:
-        Console().print(render_table(board))
+        console = Console()
+        console.print(render_table(board, console.width))
     return 0
 
 

@@ -82,7 +82,8 @@ def run_up(settings: Settings, duration_s: float | None, new_campaign: bool = Fa
         if redis_server is not None:
             redis_server.stop()
     with db.session() as session:
-        Console().print(render_table(leaderboard(session, campaign_id)))
+        console = Console()
+        console.print(render_table(leaderboard(session, campaign_id), console.width))
     restarted = [f"{name} {n}" for name, n in services.restart_counts.items() if n]
     if restarted:
         out.print(f"restarts while running: {', '.join(restarted)}", highlight=False)

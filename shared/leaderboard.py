@@ -55,6 +55,7 @@ class LeaderboardEntry(BaseModel):
     sol_score: float | None  # 0.5 at the baseline T_b, 1.0 at the hardware limit
     speedup: float | None  # over the eager PyTorch reference, geomean over workloads
     speedup_over_baseline: float | None  # over T_b (best of eager and torch.compile), geomean
+    best_workloads: int | None  # the workloads the best attempt passed: what its geomeans are over
     language: str | None
     author: str | None
     model: str | None  # the LLM that wrote the best solution, if one did
@@ -72,8 +73,12 @@ class LeaderboardSummary(BaseModel):
     problems: int
     solved: int  # problems with `solved` entries: a solution other than the reference PASSED
     geomean_speedup_over_baseline: float | None
-    beating_baseline: float  # share of problems faster than T_b
-    above_2x_baseline: float
+    # Shares of the problems in scope faster than T_b, more than 2x; None while no problem has a T_b
+    # (no baseline measured, on a CPU say): "0%" would say they were all slower.
+    beating_baseline: float | None
+    above_2x_baseline: float | None
+    baseline_problems: int  # problems with a speedup over T_b: the count behind its geomean
+    speedup_problems: int  # problems with a speedup over the reference: the count behind its geomean
     median_sol_score: float | None
     geomean_speedup: float | None  # over the eager reference
     beating_reference: float
@@ -107,6 +112,7 @@ class ProblemFigures:
     sol_score: float | None
     speedup: float | None
     speedup_over_baseline: float | None
+    best_workloads: int | None
     language: str | None
     author: str | None
     model: str | None
@@ -267,6 +273,7 @@ def _best_query(campaign_id: int | None, problem_ids: list[int] | None) -> Selec
             AttemptRow.speedup,
             AttemptRow.sol_score,
             AttemptRow.model,
+            AttemptRow.workloads_passed,
             _finished_at().label("finished_at"),
             SolutionRow.language,
             SolutionRow.author,
@@ -320,6 +327,7 @@ def _figures(source_model: str | None, counts, best, over_baseline: dict[str, fl
         sol_score=best.sol_score if best is not None else None,
         speedup=best.speedup if best is not None else None,
         speedup_over_baseline=over_baseline.get(best.id) if best is not None else None,
+        best_workloads=best.workloads_passed if best is not None else None,
         language=best.language if best is not None else None,
         author=best.author if best is not None else None,
         model=best.model if best is not None else None,
@@ -354,8 +362,10 @@ def summarize(entries: list[LeaderboardEntry]) -> LeaderboardSummary:
         problems=total,
         solved=sum(1 for e in entries if e.solved),
         geomean_speedup_over_baseline=geomean(over_baseline) if over_baseline else None,
-        beating_baseline=share(over_baseline, 1.0),
-        above_2x_baseline=share(over_baseline, 2.0),
+        beating_baseline=share(over_baseline, 1.0) if over_baseline else None,
+        above_2x_baseline=share(over_baseline, 2.0) if over_baseline else None,
+        baseline_problems=len(over_baseline),
+        speedup_problems=len(over_reference),
         median_sol_score=statistics.median(scores) if scores else None,
         geomean_speedup=geomean(over_reference) if over_reference else None,
         beating_reference=share(over_reference, 1.0),
@@ -366,37 +376,31 @@ def summarize(entries: list[LeaderboardEntry]) -> LeaderboardSummary:
     )
 
 
-def render_table(board: Leaderboard) -> Table:
-    """The leaderboard for a terminal (rich)."""
+def render_table(board: Leaderboard, width: int = 200) -> Table:
+    """The leaderboard for a terminal (rich). Below 120 columns the op, latency, language, model and
+    author are left out (`--json` has everything); the speedups carry the workload count behind them."""
     title = "Leaderboard" if board.campaign_id is None else f"Leaderboard, campaign {board.campaign_id}"
+    summary = board.summary
+    if summary.geomean_speedup is not None:
+        title += f": geomean {summary.geomean_speedup:.2f}x over {summary.speedup_problems} of {summary.problems} problems"
+    wide = width >= 120
     table = Table(title=title)
-    table.add_column("#", justify="right")
-    table.add_column("problem")
-    table.add_column("op")
-    table.add_column("SOL", justify="right")
-    table.add_column("best ms", justify="right")
-    table.add_column("vs T_b", justify="right")
-    table.add_column("speedup", justify="right")
-    table.add_column("status")
-    table.add_column("passed/attempts", justify="right")
-    table.add_column("language")
-    table.add_column("model")
-    table.add_column("author")
+    columns = [("#", "right"), ("problem", "left"), *([("op", "left")] if wide else []), ("SOL", "right"),
+               *([("best ms", "right")] if wide else []), ("vs T_b", "right"), ("speedup", "right"),
+               ("status", "left"), ("passed/att.", "right"),
+               *([("language", "left"), ("model", "left"), ("author", "left")] if wide else [])]
+    for name, justify in columns:
+        table.add_column(name, justify=justify, overflow="fold")
     for rank, entry in enumerate(board.problems, start=1):
-        table.add_row(
-            str(rank),
-            entry.name,
-            entry.op_type or "",
-            _format(entry.sol_score, "{:.3f}"),
-            _format(entry.best_latency_ms, "{:.4f}"),
-            _format(entry.speedup_over_baseline, "{:.2f}x"),
-            _format(entry.speedup, "{:.2f}x"),
-            _styled_status(entry.status),
-            f"{entry.passed_attempts}/{entry.attempts}",
-            entry.language or "",
-            entry.model or "—",
-            entry.author or "",
-        )
+        over = f" ({entry.best_workloads} w)" if entry.best_workloads and not wide else \
+            f" over {entry.best_workloads}" if entry.best_workloads else ""
+        cells = {"#": str(rank), "problem": entry.name, "op": entry.op_type or "",
+                 "SOL": _format(entry.sol_score, "{:.3f}"), "best ms": _format(entry.best_latency_ms, "{:.4f}"),
+                 "vs T_b": _format(entry.speedup_over_baseline, "{:.2f}x"),
+                 "speedup": _format(entry.speedup, "{:.2f}x") + (over if entry.speedup is not None else ""),
+                 "status": _styled_status(entry.status), "passed/att.": f"{entry.passed_attempts}/{entry.attempts}",
+                 "language": entry.language or "", "model": entry.model or "—", "author": entry.author or ""}
+        table.add_row(*(cells[name] for name, _ in columns))
     return table
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -424,7 +425,7 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
             verdict = score_workload(problem.definition, workloads[index], problem.root, hardware, latency, eager,
                                      compile_ms)
         timing = Timing(**result["latency"], **(clock_account.timing() if clock_account is not None else {}),
-                        mode=mode, in_process_reason=reason)
+                        **reference_quartiles(ref_results[index]["latency"]), mode=mode, in_process_reason=reason)
         message = "\n".join(m for m in (reason, check.message) if m)
         if clock_account is not None and clock_account.charged and check.status is Status.PASSED:
             message = (f"charged {latency:.4g} ms per run, the outer clock's figure (its own median "
@@ -433,6 +434,11 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
         outcomes[index] = _Outcome(check.status, message, check, latency, eager, timing,
                                    verdict.sol if verdict else None)
     return outcomes
+
+
+def reference_quartiles(latency: dict[str, Any]) -> dict[str, float | None]:
+    """The reference's interval for the trace's timing (None where its child reported none)."""
+    return {"reference_q1_ms": latency.get("q1_ms"), "reference_q3_ms": latency.get("q3_ms")}
 
 
 def _record(problem: Problem, workloads: list[Workload], runnable: list[int], job: CandidateJob, build: Build,

@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -15,6 +15,8 @@ from shared.db.models import AttemptRow, ProblemRow, SolutionRow, TraceRow
 from shared.errors import NotFoundError
 from shared.leaderboard import IN_FLIGHT, PASSED, as_utc, best_order
 from shared.repository import VERDICT_KIND, problem_by_name
+from shared.schema import Trace
+from shared.spread import spreads
 
 HISTORY_LIMIT = 2000  # the most recent attempts drawn in the chart
 TABLE_LIMIT = 100  # the most recent attempts listed in the table
@@ -78,6 +80,13 @@ class WorkloadResult(BaseModel):
     t_sol_ms: float | None
     t_baseline_ms: float | None
     sol_score: float | None
+    # The interquartile intervals over the timed runs (shared.spread), where the trace has them, and
+    # whether the speedup is clear of the noise: False where the intervals overlap (shown as ≈1x).
+    latency_q1_ms: float | None = None
+    latency_q3_ms: float | None = None
+    reference_q1_ms: float | None = None
+    reference_q3_ms: float | None = None
+    speedup_clear: bool | None = None
 
 
 class ProblemDetail(BaseModel):
@@ -180,5 +189,18 @@ def _per_workload(session: Session, attempt_id: str, workloads: list[dict[str, A
     rows = sorted(rows, key=lambda r: (order.get(r.workload_uuid, len(order)), r.workload_uuid))
     return [WorkloadResult(workload_uuid=r.workload_uuid, axes=axes.get(r.workload_uuid, {}), status=r.status,
                            latency_ms=r.latency_ms, reference_latency_ms=r.reference_latency_ms, speedup=r.speedup,
-                           t_sol_ms=r.t_sol_ms, t_baseline_ms=r.t_baseline_ms, sol_score=r.sol_score)
+                           t_sol_ms=r.t_sol_ms, t_baseline_ms=r.t_baseline_ms, sol_score=r.sol_score,
+                           **_intervals(r.trace_json))
             for r in rows]
+
+
+def _intervals(trace_json: str) -> dict[str, Any]:
+    try:
+        pair = spreads(Trace.model_validate_json(trace_json))
+    except ValidationError:  # a row some tool wrote without a whole trace: its figures stand alone
+        return {}
+    if pair is None:
+        return {}
+    mine, reference = pair
+    return {"latency_q1_ms": mine.q1_ms, "latency_q3_ms": mine.q3_ms, "reference_q1_ms": reference.q1_ms,
+            "reference_q3_ms": reference.q3_ms, "speedup_clear": not mine.overlaps(reference)}

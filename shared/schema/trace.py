@@ -73,6 +73,12 @@ class Timing(Frozen):
     min_ms: float
     max_ms: float
     runs: int
+    # The timed runs' first and third quartiles, the solution's and the reference's: a latency is
+    # shown with its interval, and a speedup only where the two intervals do not overlap (shared.spread).
+    q1_ms: float | None = None
+    q3_ms: float | None = None
+    reference_q1_ms: float | None = None
+    reference_q3_ms: float | None = None
     sm_clock_mhz_before: int | None = None
     sm_clock_mhz_after: int | None = None
     clock: str | None = None  # "cupti" (every stream), "events" (the current stream) or "perf_counter"

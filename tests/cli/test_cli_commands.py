@@ -130,6 +130,10 @@ def test_eval_seed_passes_with_jsonl_traces(evals: dict[str, tuple[Ran, Path]]) 
     assert [t.workload.axes for t in printed] == [{"num_tokens": 1}, {"num_tokens": 8}]
     assert {(t.definition, t.solution) for t in printed} == {("llama31_8b_rmsnorm", "llama31_8b_rmsnorm_pytorch_seed")}
     assert all(t.evaluation.performance.latency_ms > 0 for t in printed)
+    for t in printed:  # each latency with its interval over the timed runs, the reference's too
+        timing, performance = t.evaluation.timing, t.evaluation.performance
+        assert timing.min_ms <= timing.q1_ms <= timing.median_ms <= timing.q3_ms <= timing.max_ms
+        assert timing.reference_q1_ms <= performance.reference_latency_ms <= timing.reference_q3_ms
     assert out.read_text() == ran.stdout  # -o writes the same JSONL
     assert "llama31_8b_rmsnorm_pytorch_seed on llama31_8b_rmsnorm: PASSED" in ran.stderr
 

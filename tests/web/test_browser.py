@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -134,7 +135,8 @@ def column(driver, index: int) -> list[str]:
 
 
 def figure(text: str) -> float | None:
-    return None if text.strip() in ("—", "") else float(text.strip().rstrip("x"))
+    """The cell's figure: "0.912", "5.93x", "5.93x (16 w)" (the count of workloads behind a geomean)."""
+    return None if text.strip() in ("—", "") else float(re.match(r"[\d.]+", text.strip()).group(0))
 
 
 def test_leaderboard_loads_sorts_and_filters(site, browser, shots):

@@ -246,6 +246,7 @@ def test_summary_has_the_campaign_figures(db, seed):
     assert (summary.attempts, summary.tokens) == (4, 3500)
     assert summary.gpu_hours == pytest.approx(2.0)
     assert summary.geomean_speedup == pytest.approx(math.exp((math.log(4.8) + math.log(1.2) + math.log(0.6)) / 3))
+    assert (summary.baseline_problems, summary.speedup_problems) == (3, 3)  # d has no figure
 
 
 def test_empty_db_has_an_empty_summary(db):
@@ -253,7 +254,20 @@ def test_empty_db_has_an_empty_summary(db):
 
     assert (summary.problems, summary.solved, summary.attempts) == (0, 0, 0)
     assert summary.median_sol_score is None and summary.geomean_speedup_over_baseline is None
-    assert summary.beating_baseline == 0.0
+    assert summary.beating_baseline is None and summary.above_2x_baseline is None  # no T_b: no share
+    assert (summary.baseline_problems, summary.speedup_problems) == (0, 0)
+
+
+def test_without_any_baseline_the_shares_over_it_are_unknown_not_zero(db, seed):
+    """A CPU run measures no T_b: "0% beating T_b" would say every problem was slower than it."""
+    problem = seed.problem("cpu-only")
+    attempt = seed.attempt(problem, "PASSED", speedup=1.5, latency_ms=1.0)
+    seed.trace(attempt, "w", latency_ms=1.0, reference_latency_ms=1.5)
+
+    summary = board_of(db).summary
+
+    assert summary.beating_baseline is None and summary.baseline_problems == 0
+    assert summary.speedup_problems == 1 and summary.beating_reference == 1.0
 
 
 def test_figures_of_some_problems_equal_those_of_the_whole_board(db, seed):

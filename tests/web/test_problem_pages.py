@@ -108,6 +108,28 @@ def test_api_problem_has_what_the_page_shows(client, rmsnorm):
     assert body["per_workload"][1]["t_sol_ms"] == pytest.approx(0.2)
 
 
+def test_each_latency_has_its_interval_and_a_speedup_inside_the_noise_is_about_one(client, seed):
+    problem = seed.problem("noisy")
+    best = seed.attempt(problem, "PASSED", speedup=1.4, sol_score=0.6, minute=1)
+    seed.trace(best, "clear", latency_ms=0.5, reference_latency_ms=1.0, intervals=(0.48, 0.52, 0.95, 1.1))
+    seed.trace(best, "noise", latency_ms=1.0, reference_latency_ms=1.05, intervals=(0.9, 1.2, 0.98, 1.3))
+    seed.trace(best, "plain", latency_ms=1.0, reference_latency_ms=2.0)  # timed before intervals were kept
+
+    by_uuid = {w["workload_uuid"]: w for w in client.get("/api/problems/noisy").get_json()["per_workload"]}
+    assert by_uuid["clear"]["speedup_clear"] is True and by_uuid["noise"]["speedup_clear"] is False
+    assert (by_uuid["clear"]["latency_q1_ms"], by_uuid["clear"]["reference_q3_ms"]) == (0.48, 1.1)
+    assert by_uuid["plain"]["speedup_clear"] is None and by_uuid["plain"]["latency_q1_ms"] is None
+
+    html = client.get("/problems/noisy").get_data(as_text=True)
+    table = html[html.index('id="workload-results"'):]
+    table = table[:table.index("</table>")]
+    rows = {uuid: re.search(rf"<tr><td class=\"name\">{uuid}</td>.*?</tr>", table, re.DOTALL).group(0)
+            for uuid in by_uuid}
+    assert "[0.4800–0.5200]" in rows["clear"] and "2.00x" in rows["clear"]
+    assert "≈1x" in rows["noise"] and "1.05x" in rows["noise"]  # the measured figure in its title only
+    assert "≈1x" not in rows["plain"] and "2.00x" in rows["plain"] and "interval" not in rows["plain"]
+
+
 def test_solution_download_is_the_stored_solution(client, rmsnorm):
     response = client.get(f"/problems/{RMSNORM}/solution.json")
 

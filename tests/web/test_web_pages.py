@@ -14,8 +14,8 @@ from shared.settings import Settings
 
 ENTRY_FIELDS = {
     "name", "op_type", "source_model", "attempts", "passed_attempts", "solved", "tokens", "gpu_seconds",
-    "best_attempt_id", "best_latency_ms", "sol_score", "speedup", "speedup_over_baseline", "language", "author",
-    "model", "status", "last_attempt_at", "last_improvement_at",
+    "best_attempt_id", "best_latency_ms", "sol_score", "speedup", "speedup_over_baseline", "best_workloads",
+    "language", "author", "model", "status", "last_attempt_at", "last_improvement_at",
 }
 
 
@@ -39,7 +39,7 @@ def test_api_leaderboard_shape_and_order(client, seed):
     assert first == {
         "name": "fast", "op_type": "attention", "source_model": None, "attempts": 1, "passed_attempts": 1,
         "solved": True, "tokens": 0, "gpu_seconds": 0.0, "best_attempt_id": best, "best_latency_ms": 0.25, "sol_score": None,
-        "speedup": 4.0, "speedup_over_baseline": None, "language": "cuda", "author": "w2", "model": None,
+        "speedup": 4.0, "speedup_over_baseline": None, "best_workloads": 2, "language": "cuda", "author": "w2", "model": None,
         "status": "PASSED", "last_attempt_at": "2026-01-01T12:01:00Z", "last_improvement_at": "2026-01-01T12:01:00Z",
     }
     assert body["summary"]["problems"] == 3 and body["summary"]["solved"] == 2

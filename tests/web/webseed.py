@@ -108,10 +108,24 @@ class Seed:
 
     def trace(self, attempt_id: str, workload_uuid: str, status: str = "PASSED", *, latency_ms: float | None = None,
               reference_latency_ms: float | None = None, t_sol_ms: float | None = None,
-              t_baseline_ms: float | None = None, sol_score: float | None = None) -> None:
+              t_baseline_ms: float | None = None, sol_score: float | None = None,
+              intervals: tuple[float, float, float, float] | None = None) -> None:
+        """`intervals`: the timed runs' (q1, q3) of the solution, then of the reference."""
         speedup = reference_latency_ms / latency_ms if latency_ms and reference_latency_ms else None
+        evaluation: dict = {"status": status, "environment": {"hardware": "cpu"}, "timestamp": "2026-12-01T00:00:00Z"}
+        if status in ("PASSED", "INCORRECT_NUMERICAL"):
+            evaluation["correctness"] = {"max_absolute_error": 0.0, "max_relative_error": 0.0}
+        if status == "PASSED":
+            evaluation["performance"] = {"latency_ms": latency_ms, "reference_latency_ms": reference_latency_ms,
+                                         "speedup_factor": speedup}
+            if intervals:
+                q1, q3, rq1, rq3 = intervals
+                evaluation["timing"] = {"median_ms": latency_ms, "min_ms": q1, "max_ms": q3, "runs": 20, "q1_ms": q1,
+                                        "q3_ms": q3, "reference_q1_ms": rq1, "reference_q3_ms": rq3}
+        trace = {"definition": "p", "solution": "s", "workload": {"uuid": workload_uuid, "axes": {}, "inputs": {}},
+                 "evaluation": evaluation}
         with self.db.session() as session:
             session.add(TraceRow(attempt_id=attempt_id, workload_uuid=workload_uuid, status=status,
                                  latency_ms=latency_ms, reference_latency_ms=reference_latency_ms, speedup=speedup,
                                  t_sol_ms=t_sol_ms, t_baseline_ms=t_baseline_ms, sol_score=sol_score,
-                                 trace_json="{}"))
+                                 trace_json=json.dumps(trace)))

@@ -56,10 +56,18 @@ class Latency:
     total_ms: float | None = None  # the sum of the timed runs' samples (for the outer clock, not the trace)
     l2_persisting_reset: bool | None = None  # on a GPU: persisting L2 lines reset before every flush
     kernels: tuple[str, ...] = ()  # on a GPU with CUPTI: the names of the kernels the timed runs ran (not the trace)
+    q1_ms: float | None = None  # the runs' quartiles: the interval a latency is shown with
+    q3_ms: float | None = None
+
+    @classmethod
+    def of(cls, samples: list[float], **more: Any) -> Latency:
+        """Median, extremes, quartiles and count of the timed runs' samples."""
+        q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive") if len(samples) > 1 else samples * 3
+        return cls(statistics.median(samples), min(samples), max(samples), len(samples), q1_ms=q1, q3_ms=q3, **more)
 
     def as_dict(self) -> dict[str, Any]:
         return {"median_ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms, "runs": self.runs,
-                "clock": self.clock, "event_median_ms": self.event_median_ms,
+                "q1_ms": self.q1_ms, "q3_ms": self.q3_ms, "clock": self.clock, "event_median_ms": self.event_median_ms,
                 "l2_persisting_reset": self.l2_persisting_reset}
 
 
@@ -177,7 +185,7 @@ def _time_on_host(run: Callable[[int], object], plan: TimingPlan,
         samples.append((time.perf_counter() - begin) * 1e3)
         if len(samples) >= MIN_RUNS and time.perf_counter() - started > plan.budget_s:
             break
-    return Latency(statistics.median(samples), min(samples), max(samples), len(samples), total_ms=sum(samples))
+    return Latency.of(samples, total_ms=sum(samples))
 
 
 class _GpuClock:
@@ -250,8 +258,8 @@ class _GpuClock:
     def latency(self) -> Latency:
         clock = "cupti" if self.cupti_samples and len(self.cupti_samples) == len(self.samples) else "events"
         s = self.samples
-        return Latency(statistics.median(s), min(s), max(s), len(s), clock, statistics.median(self.event_samples),
-                       sum(s), self.l2_reset, tuple(sorted(self.kernels)))
+        return Latency.of(s, clock=clock, event_median_ms=statistics.median(self.event_samples), total_ms=sum(s),
+                          l2_persisting_reset=self.l2_reset, kernels=tuple(sorted(self.kernels)))
 
 
 SPIN_HZ = 2.0e9

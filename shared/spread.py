@@ -1,0 +1,72 @@
+"""Timings with their spread. A latency is its median over the timed runs with the interquartile
+interval [q1, q3]; a speedup is said only where the solution's interval and the reference's do not
+overlap, and is "≈1x" otherwise: a difference inside the runs' own noise is no result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shared.schema import Trace
+
+SAME = "≈1x"
+
+
+@dataclass(frozen=True)
+class Spread:
+    median_ms: float
+    q1_ms: float
+    q3_ms: float
+
+    def overlaps(self, other: Spread) -> bool:
+        return self.q1_ms <= other.q3_ms and other.q1_ms <= self.q3_ms
+
+    def text(self) -> str:
+        return f"{self.median_ms:.4g} [{self.q1_ms:.4g}–{self.q3_ms:.4g}]"
+
+
+def spreads(trace: Trace) -> tuple[Spread, Spread] | None:
+    """(the solution's, the reference's) for a PASSED trace whose timing has both intervals. The
+    solution's is the latency charged: where the outer clock charged more than the solution's own
+    median, that figure alone (its runs' quartiles are the solution's claim, not the charge)."""
+    evaluation = trace.evaluation
+    timing, performance = evaluation.timing, evaluation.performance
+    if performance is None or timing is None or None in (timing.q1_ms, timing.q3_ms, timing.reference_q1_ms,
+                                                          timing.reference_q3_ms):
+        return None
+    latency = performance.latency_ms
+    if timing.outer_charged_ms is not None or not timing.q1_ms <= timing.median_ms <= timing.q3_ms:
+        mine = Spread(latency, latency, latency)
+    else:
+        mine = Spread(latency, timing.q1_ms, timing.q3_ms)
+    reference = performance.reference_latency_ms
+    if not timing.reference_q1_ms <= reference <= timing.reference_q3_ms:
+        return None  # an interval that does not hold its own median was not measured with it
+    return mine, Spread(reference, timing.reference_q1_ms, timing.reference_q3_ms)
+
+
+def speedup_text(trace: Trace) -> str:
+    """"2.31x", or SAME where the intervals overlap; the plain figure where no interval is known."""
+    performance = trace.evaluation.performance
+    if performance is None:
+        return "—"
+    pair = spreads(trace)
+    if pair is not None and pair[0].overlaps(pair[1]):
+        return SAME
+    return f"{performance.speedup_factor:.2f}x"
+
+
+def latency_text(trace: Trace) -> str:
+    """"0.0123 [0.0121–0.0127]" (ms), or the median alone where no interval is known."""
+    pair = spreads(trace)
+    performance = trace.evaluation.performance
+    if pair is not None:
+        return pair[0].text()
+    return f"{performance.latency_ms:.4g}" if performance is not None else "—"
+
+
+def reference_text(trace: Trace) -> str:
+    pair = spreads(trace)
+    performance = trace.evaluation.performance
+    if pair is not None:
+        return pair[1].text()
+    return f"{performance.reference_latency_ms:.4g}" if performance is not None else "—"
