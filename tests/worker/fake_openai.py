@@ -190,8 +190,8 @@ def check_messages(messages) -> None:
                          f"each 'tool_call_id'. The following tool_call_ids did not have response messages: "
                          f"{', '.join(open_calls)}", f"messages.[{i}].role")
         if not isinstance(content, str) and not (role == "assistant" and content is None and message.get("tool_calls")):
-            raise refuse(f"Invalid type for 'messages[{i}].content': expected a string, but got {type(content).__name__}.",
-                         f"messages[{i}].content")
+            raise refuse(f"Invalid type for 'messages[{i}].content': expected a string, but got "
+                         f"{type(content).__name__}.", f"messages[{i}].content")
         if role == "assistant" and message.get("tool_calls"):
             open_calls = [_check_call(call, i) for call in message["tool_calls"]]
     if open_calls:
@@ -288,7 +288,8 @@ def _sse(model: str, message: dict, usage: dict | None, pause_s: float):
                                      "function": {"name": call["function"]["name"], "arguments": ""}}]})
         arguments = call["function"]["arguments"]
         for start in range(0, len(arguments), CHUNK_CHARS):
-            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": arguments[start:start + CHUNK_CHARS]}}]})
+            piece = arguments[start:start + CHUNK_CHARS]
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     yield chunk({}, "tool_calls" if message.get("tool_calls") else "stop")
     if usage is not None:
         yield chunk(None, with_usage=usage)
