@@ -41,8 +41,7 @@ def run(job: ProfileJob) -> None:
     from services.evaluator.timer.plan import Plan
     from services.evaluator.timer.replay import ReplayEntry
 
-    device = torch.device(job.device)
-    torch.cuda.set_device(device)
+    device = torch.device(job.device)  # "cuda" or "cuda:N", as the evaluator's
     definition, workload = job.definition, job.workload
     kernels = Kernels(Path(job.cubin_path).read_bytes(), device)
     try:
