@@ -160,11 +160,11 @@ def _watch(db: Database, campaign_id: int, services: Services, duration_s: float
             if counts != said["counts"]:
                 said["counts"] = counts
                 out.print(f"[{elapsed:5.0f} s] attempts: {counts['finished']} finished, {counts['PASSED']} passed, "
-                          f"{counts['in_flight']} in flight", highlight=False)
+                          f"{counts['in_flight']} in flight", highlight=False, soft_wrap=True)
             progress = _progress(db, campaign_id)
             for name, line in progress.items():
                 if said["problems"].get(name) != line:
-                    out.print(f"[{elapsed:5.0f} s] {name}: {line}", highlight=False)
+                    out.print(f"[{elapsed:5.0f} s] {name}: {line}", highlight=False, soft_wrap=True)
             said["problems"] = progress
         time.sleep(0.5)
 
