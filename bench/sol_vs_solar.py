@@ -1,10 +1,11 @@
 """Our SOL model in `solar` mode against SOL-ExecBench's published B200 `sol_ms`, per workload.
 
-    python bench/sol_vs_solar.py --out sol-vs-solar.json
+    python bench/sol_vs_solar.py [--memory-mb 6144] [--time-s 120] --out sol-vs-solar.json
 
 Reads every problem under `--sample` (default `../shared/sol-execbench-sample/`, never copied
 into the repository) with its `sol_b200.json` (per workload, in workload.jsonl order), counts each
-workload's work (`shared.sol.count_work`, formulas off), prices it in `solar` mode on the
+workload's work in a child under a memory and a time limit (`shared.sol_bounded.count_workloads`,
+formulas off; a workload it cannot count is unknown, with the reason), prices it in `solar` mode on the
 `B200 @ 1500 MHz (SOLAR)` row and divides by the published `sol_ms`. Also prices `ours` on the B200
 datasheet row, for comparison. Prints one row per problem and the distribution; writes JSON.
 """
@@ -25,26 +26,28 @@ import torch
 
 from shared.hardware import B200, B200_SOLAR_1500MHZ
 from shared.schema import load_problem
-from shared.sol import SolCountError, SolMode, count_work, estimate, load_reference
+from shared.sol import SolMode, estimate
+from shared.sol_bounded import DEFAULT_MEMORY_MB, DEFAULT_TIME_S, CountLimits, count_workloads
 
 DEFAULT_SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "sol-execbench-sample"
 TOLERANCE = 0.20
 BINS = ((0.0, 0.5), (0.5, 0.8), (0.8, 0.9), (0.9, 1.1), (1.1, 1.2), (1.2, 2.0), (2.0, math.inf))
 
 
-def compare_problem(folder: Path) -> dict:
-    """Per-workload rows for one problem folder, or the reason it cannot be counted."""
+def compare_problem(folder: Path, limits: CountLimits) -> dict:
+    """Per-workload rows for one problem folder (counted in a child under `limits`), and the
+    reasons the others are unknown."""
     problem = load_problem(folder, with_seeds=False)
     published = json.loads((folder / "sol_b200.json").read_text())["workloads"]
-    reference = load_reference(problem.definition)
-    rows, errors = [], set()
+    rows, errors = [], {}
     started = time.perf_counter()
-    for index, (workload, entry) in enumerate(zip(problem.workloads, published, strict=True)):
-        try:
-            work = count_work(problem.definition, workload, folder, use_formulas=False, reference=reference)
-        except SolCountError as error:
-            errors.add(str(error))
+    counted = count_workloads(problem.definition, problem.workloads, folder, limits=limits, use_formulas=False)
+    peaks = [c.peak_mb for c in counted if c.peak_mb is not None]
+    for index, (workload, entry, count) in enumerate(zip(problem.workloads, published, counted, strict=True)):
+        if count.work is None:
+            errors.setdefault(count.message, count.reason.value)
             continue
+        work = count.work
         solar = estimate(work, B200_SOLAR_1500MHZ, SolMode.SOLAR)
         ours = estimate(work, B200, SolMode.OURS)
         rows.append({
@@ -53,10 +56,12 @@ def compare_problem(folder: Path) -> dict:
             "ratio": solar.t_sol_ms / entry["sol_ms"], "ratio_ours": ours.t_sol_ms / entry["sol_ms"],
             "bound": solar.bound.value, "ours_bound": ours.bound.value, "precision": solar.precision.value,
             "matrix_flops": work.total_matrix_flops, "vector_flops": work.vector_flops,
-            "bytes": work.bytes_moved, "counted_on": work.counted_on,
+            "bytes": work.bytes_moved, "counted_on": work.counted_on, "peak_mb": count.peak_mb,
         })
     return {"problem": f"{folder.parent.name}/{folder.name}", "workloads": len(problem.workloads),
-            "rows": rows, "errors": sorted(errors), "seconds": round(time.perf_counter() - started, 2)}
+            "rows": rows, "unknown": [{"reason": r, "message": m} for m, r in errors.items()],
+            "unknown_workloads": len(problem.workloads) - len(rows), "peak_mb": max(peaks, default=None),
+            "seconds": round(time.perf_counter() - started, 2)}
 
 
 def distribution(ratios: list[float]) -> dict:
@@ -86,17 +91,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sample", type=Path, default=DEFAULT_SAMPLE)
     parser.add_argument("--out", type=Path, default=Path("sol-vs-solar.json"))
+    parser.add_argument("--memory-mb", type=int, default=DEFAULT_MEMORY_MB, help="the counting child's limit")
+    parser.add_argument("--time-s", type=float, default=DEFAULT_TIME_S, help="counting time per workload")
     args = parser.parse_args()
+    limits = CountLimits(args.memory_mb, args.time_s)
     folders = sorted(p for p in args.sample.glob("*/*") if (p / "definition.json").exists())
     started = time.perf_counter()
     problems = []
     print(f"{'problem':62} {'n':>3} {'±20%':>5} {'median':>7} {'min':>6} {'max':>6} {'bound':>13} {'s':>5}")
     for folder in folders:
-        result = compare_problem(folder)
+        result = compare_problem(folder, limits)
         problems.append(result)
         ratios = [r["ratio"] for r in result["rows"]]
         if not ratios:
-            print(f"{result['problem'][:62]:62} {0:>3}  not counted: {result['errors'][0][:90]}")
+            print(f"{result['problem'][:62]:62} {0:>3}  unknown ({result['unknown'][0]['reason']}): "
+                  f"{result['unknown'][0]['message'][:90]}")
             continue
         bounds = "/".join(sorted({r["bound"] for r in result["rows"]}))
         inside = sum(abs(r - 1) <= TOLERANCE for r in ratios)
@@ -107,16 +116,22 @@ def main() -> None:
     report = {
         "date": datetime.now(timezone.utc).isoformat(),
         "hardware": cpu_description(),
-        "command": "python bench/sol_vs_solar.py --out sol-vs-solar.json",
+        "command": f"python bench/sol_vs_solar.py --memory-mb {args.memory_mb} --time-s {args.time_s:g} --out {args.out}",
+        "limits": {"memory_mb": limits.memory_mb, "time_s": limits.time_s},
         "rows_priced_on": {"solar": B200_SOLAR_1500MHZ.name, "ours": B200.name},
         "workloads_published": sum(p["workloads"] for p in problems),
-        "not_counted": {p["problem"]: p["errors"] for p in problems if p["errors"]},
+        "workloads_counted": len(ratios),
+        "coverage": len(ratios) / max(1, sum(p["workloads"] for p in problems)),
+        "unknown": {p["problem"]: p["unknown"] for p in problems if p["unknown"]},
+        "peak_mb": max((p["peak_mb"] for p in problems if p["peak_mb"] is not None), default=None),
         "solar": distribution(ratios), "ours": distribution(ours),
         "seconds": round(time.perf_counter() - started, 1), "problems": problems,
     }
     args.out.write_text(json.dumps(report, indent=2))
     solar = report["solar"]
-    print(f"\n{solar['workloads']} of {report['workloads_published']} workloads counted in {report['seconds']} s; "
+    print(f"\n{solar['workloads']} of {report['workloads_published']} workloads counted "
+          f"(coverage {100 * report['coverage']:.1f}%) in {report['seconds']} s, the counting child's peak "
+          f"address space {report['peak_mb']} MiB under a {limits.memory_mb} MiB limit; "
           f"ours(solar mode)/published: {100 * solar['within_20pct']:.1f}% within ±20%, "
           f"{100 * solar['within_10pct']:.1f}% within ±10%, median {solar['median']:.3f}, "
           f"geomean {solar['geomean']:.3f}, p5 {solar['p5']:.3f}, p95 {solar['p95']:.3f}")

@@ -37,7 +37,7 @@ from torch.utils.flop_counter import flop_registry
 from shared.errors import KernelSwarmError
 from shared.hardware import Precision
 from shared.schema import CustomInput, Definition, SafetensorsInput, ScalarInput, Workload
-from shared.schema.definition import DType, evaluate_axis_expression
+from shared.schema.definition import DType, evaluate_sol_expression
 
 DEFAULT_CPU_BUDGET_BYTES = 1 << 30
 META, CPU = torch.device("meta"), torch.device("cpu")
@@ -369,9 +369,11 @@ def count_work(definition: Definition, workload: Workload, problem_root: Path | 
 def _from_formulas(definition: Definition, axes: dict[str, int]) -> WorkCount:
     precision = input_precision(definition)
     formulas = definition.sol
+    tensors = {name: (math.prod(definition.shape_of(spec, axes) or ()), _itemsize(spec.dtype))
+               for name, spec in (definition.inputs | definition.outputs).items()}
     try:
-        flops = int(evaluate_axis_expression(formulas.flops, axes)) if formulas.flops else 0
-        moved = int(evaluate_axis_expression(formulas.bytes, axes)) if formulas.bytes else 0
+        flops = int(evaluate_sol_expression(formulas.flops, axes, tensors)) if formulas.flops else 0
+        moved = int(evaluate_sol_expression(formulas.bytes, axes, tensors)) if formulas.bytes else 0
     except (ValueError, ArithmeticError, NameError) as error:
         raise SolCountError(f"the definition's sol formulas cannot be evaluated for {axes}: {error}") from None
     if flops < 0 or moved < 0:
@@ -440,7 +442,10 @@ def _run_counted(definition: Definition, axes: dict[str, int], inputs: dict[str,
     floor = input_precision(definition)
     recorder = _WorkRecorder(bases, floor)
     with torch.no_grad(), _FunctionCounter(recorder, on_fake), recorder:
-        reference.run(*inputs.values())
+        result = reference.run(*inputs.values())
+    for tensor in pytree.tree_leaves(result):  # an output that is a view of an input: a kernel reads what it copies
+        if isinstance(tensor, torch.Tensor) and (base := bases.get(_storage_key(tensor))) is not None:
+            base.read(tensor)
     read_bytes = read_elements = bool_elements = 0
     for base in bases.values():
         footprint = base.footprint_bytes()

@@ -58,8 +58,10 @@ class TensorSpec(Frozen):
 
 
 class SolFormula(Frozen):
-    """Ours: explicit work of a workload as axis expressions (`"2 * M * N * K"`); either may be
-    left out, and the SOL model counts that one from the reference."""
+    """Ours: explicit work of a workload as axis expressions (`"2 * M * N * K"`), which may also
+    call `nbytes(T)` (tensor T's bytes at its dtype's size) and `itemsize(T)` (its dtype's bytes per
+    element) for any input or output T; either may be left out, and the SOL model counts that one
+    from the reference (docs/sol.md)."""
 
     flops: NonEmptyStr | None = None
     bytes: NonEmptyStr | None = None
@@ -103,7 +105,7 @@ class Definition(Frozen):
             _parse(constraint, "eval", f"constraint {_quote(constraint)} is not a Python expression")
         for key, expression in (("flops", self.sol.flops), ("bytes", self.sol.bytes)) if self.sol else ():
             if expression is not None:
-                _check_axis_expression(f"sol.{key}", expression, set(self.axes))
+                _check_axis_expression(f"sol.{key}", expression, set(self.axes), set(self.inputs) | set(self.outputs))
         return self
 
     def run_parameters(self) -> list[str]:
@@ -177,32 +179,44 @@ _ALLOWED_NODES = (
 
 
 _FUNCTIONS = {"min": min, "max": max}  # the only calls an expression may make
+_TENSOR_FUNCTIONS = ("nbytes", "itemsize")  # and, in `sol` formulas, these of one tensor's name
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
 _UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg}
 MAX_EXPRESSION_VALUE = 2**256  # far above any size or work count; keeps `9**9**9` from eating the CPU
 
 
-def _disallowed(node: ast.AST) -> str | None:
+def _disallowed(node: ast.AST, tensors: frozenset[str] | set[str] = frozenset()) -> str | None:
     if isinstance(node, ast.Call):
         if isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS and not node.keywords:
             return None
+        if _tensor_call(node) and node.args[0].id in tensors:
+            return None
+        if tensors:
+            return "a call other than min(...), max(...), nbytes(TENSOR) or itemsize(TENSOR) of a tensor of the definition"
         return "a call other than min(...) or max(...)"
     if not isinstance(node, _ALLOWED_NODES):
         return type(node).__name__
     return None
 
 
+def _tensor_call(node: ast.AST) -> bool:
+    """`nbytes(T)` or `itemsize(T)`, T a bare name."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _TENSOR_FUNCTIONS
+            and not node.keywords and len(node.args) == 1 and isinstance(node.args[0], ast.Name))
+
+
 def _names(tree: ast.AST) -> set[str]:
-    """The axis names an expression reads (the functions' own names left out)."""
+    """The axis names an expression reads (the functions' own names and tensor arguments left out)."""
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    called |= {id(n.args[0]) for n in ast.walk(tree) if _tensor_call(n)}
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) not in called}
 
 
-def _check_axis_expression(where: str, expression: str, axes: set[str]) -> None:
+def _check_axis_expression(where: str, expression: str, axes: set[str], tensors: set[str] = frozenset()) -> None:
     tree = _parse(expression, "eval", f"{where} {_quote(expression)} is not an expression")
     for node in ast.walk(tree):
-        bad = _disallowed(node)
+        bad = _disallowed(node, tensors)
         if bad:
             raise ValueError(f"{where} {_quote(expression)} uses {bad}")
     for name in sorted(_names(tree) - axes):
@@ -210,27 +224,35 @@ def _check_axis_expression(where: str, expression: str, axes: set[str]) -> None:
 
 
 def evaluate_axis_expression(expression: str, values: dict[str, int]) -> float:
-    """Arithmetic over axis names only (the `expr` axes and the `sol` formulas)."""
+    """Arithmetic over axis names only (the `expr` axes)."""
     return _evaluate_expression(expression, values)
 
 
-def _evaluate_expression(expression: str, values: dict[str, int]) -> float:
-    """Arithmetic over axis names only: + - * / // % **, parentheses, min(...) and max(...).
-    A result that is not a finite number up to MAX_EXPRESSION_VALUE is a ValueError."""
+def evaluate_sol_expression(expression: str, values: dict[str, int], tensors: dict[str, tuple[int, float]]) -> float:
+    """A `sol` formula: arithmetic over axis names, plus `nbytes(T)` and `itemsize(T)` of the tensors
+    in `tensors` (name -> (elements, bytes per element))."""
+    return _evaluate_expression(expression, values, tensors)
+
+
+def _evaluate_expression(expression: str, values: dict[str, int],
+                         tensors: dict[str, tuple[int, float]] | None = None) -> float:
+    """Arithmetic over axis names only: + - * / // % **, parentheses, min(...) and max(...)
+    (and a tensor's `nbytes`/`itemsize` when `tensors` are given). A result that is not a finite
+    number up to MAX_EXPRESSION_VALUE is a ValueError."""
     tree = _parse(expression, "eval", f"axis expression {_quote(expression)} is not an expression")
     for node in ast.walk(tree):
-        bad = _disallowed(node)
+        bad = _disallowed(node, set(tensors or ()))
         if bad:
             raise ValueError(f"axis expression {_quote(expression)} uses {bad}")
     for name in sorted(_names(tree) - set(values)):
         raise NameError(name)
     try:
-        return _value(tree.body, values)
+        return _value(tree.body, values, tensors or {})
     except (ArithmeticError, TypeError, RecursionError) as error:  # x/0, 10.0**400, min(1), deep trees
         raise ValueError(f"axis expression {_quote(expression)} cannot be evaluated: {error}") from None
 
 
-def _value(node: ast.AST, values: dict[str, int]) -> float:
+def _value(node: ast.AST, values: dict[str, int], tensors: dict[str, tuple[int, float]]) -> float:
     """One checked node of `_evaluate_expression`'s tree, evaluated bottom up."""
     if isinstance(node, ast.Constant):
         if not isinstance(node.value, (int, float)):
@@ -239,11 +261,14 @@ def _value(node: ast.AST, values: dict[str, int]) -> float:
     elif isinstance(node, ast.Name):
         result = values[node.id]
     elif isinstance(node, ast.UnaryOp):
-        result = _UNARY[type(node.op)](_value(node.operand, values))
+        result = _UNARY[type(node.op)](_value(node.operand, values, tensors))
+    elif _tensor_call(node):
+        elements, itemsize = tensors[node.args[0].id]
+        result = elements * itemsize if node.func.id == "nbytes" else itemsize
     elif isinstance(node, ast.Call):
-        result = _FUNCTIONS[node.func.id](*(_value(arg, values) for arg in node.args))
+        result = _FUNCTIONS[node.func.id](*(_value(arg, values, tensors) for arg in node.args))
     else:
-        left, right = _value(node.left, values), _value(node.right, values)
+        left, right = _value(node.left, values, tensors), _value(node.right, values, tensors)
         if isinstance(node.op, ast.Pow) and abs(left) > 1 and abs(right) * math.log2(abs(left)) > 256:
             raise OverflowError(f"{left} ** {right} is too large")
         result = _BINARY[type(node.op)](left, right)
