@@ -15,8 +15,14 @@ from pathlib import Path
 import pytest
 
 from services.evaluator.config import EvalConfig
+from services.evaluator.evaluate import AttemptResult
+from services.evaluator.languages.build import Build
+from services.evaluator.timer.plan import Plan
+from services.evaluator.timer.route import Routed
+from services.evaluator.tools import profile
 from services.evaluator.tools.profile import _Kept, _run_ncu
-from shared.schema import load_problem
+from shared.schema import Correctness, Environment, Performance, Status, Trace, load_problem
+from shared.schema import Evaluation as Evaluation_
 from test_profile_text import page
 
 PROBLEMS = Path(__file__).resolve().parents[2] / "problems"
@@ -87,3 +93,75 @@ def test_as_root_it_has_its_own_loopback_and_writes_its_own_folder_only(tmp_path
     repo = str(Path(__file__).resolve().parents[2])
     assert seen[str(tmp_path / "prof")] != "written" and seen[repo] != "written"
     assert not (Path(repo) / "written-by-profile").exists() and not (tmp_path / "prof" / "written-by-profile").exists()
+
+
+class Evaluation:
+    """Stands in for `evaluate` in `profile_workload`: calls the probe as the record step would
+    (with `routed`, or not at all), then returns `status` with a median of 0.05 ms."""
+
+    def __init__(self, cubin: Path, routed=None, status: Status = Status.PASSED) -> None:
+        self.cubin, self.routed, self.status, self.given = cubin, routed, status, []
+
+    def __call__(self, problem, solution, config, *args, **kwargs) -> AttemptResult:
+        self.given.append((tuple(w.uuid for w in problem.workloads), config.measure_compile))
+        if self.routed is not None:
+            config.probe(self.routed, Build(None, "", self.cubin.parent, {}, self.cubin))
+        workload = problem.workloads[0]
+        performance = Performance(latency_ms=0.05, reference_latency_ms=0.1, speedup_factor=2.0) \
+            if self.status is Status.PASSED else None
+        trace = Trace(definition=problem.name, workload=workload, solution=solution.name, evaluation=Evaluation_(
+            status=self.status, environment=Environment(hardware="test"), timestamp="now", log="",
+            performance=performance,
+            correctness=Correctness(max_absolute_error=0.0, max_relative_error=0.0) if performance else None))
+        return AttemptResult(self.status, [trace], 0.05 if performance else None, None, 1, "nvcc: error here"
+                             if self.status is Status.COMPILE_ERROR else "")
+
+
+@pytest.fixture
+def stand_in_ncu(tmp_path, monkeypatch) -> Path:
+    tool = tmp_path / "tools" / "ncu"
+    tool.parent.mkdir()
+    tool.write_text(STAND_IN.format(python=sys.executable, repo=str(tmp_path / "elsewhere"), page=page()))
+    tool.chmod(0o755)
+    monkeypatch.setattr(profile, "find_ncu", lambda: str(tool))
+    return tool
+
+
+def one_workload():
+    return dataclasses.replace(PROBLEM, workloads=PROBLEM.workloads[1:2])
+
+
+def test_the_replayed_plan_is_profiled_beside_the_evaluations_verdict(tmp_path, monkeypatch, stand_in_ncu):
+    cubin = tmp_path / "kernels.cubin"
+    cubin.write_bytes(b"\x7fELF")
+    uuid = PROBLEM.workloads[1].uuid
+    stand_in = Evaluation(cubin, Routed(plans={uuid: Plan()}))
+    monkeypatch.setattr(profile, "evaluate", stand_in)
+    done = profile.profile_workload(one_workload(), PROBLEM.seed("cuda"), EvalConfig(device="cuda:0"), 3350.0, "GPU X")
+    assert done.status is None, done.text
+    assert done.text.startswith(f"profile of workload {uuid} (num_tokens=8) on GPU X, Nsight Compute\n"
+                                "the evaluator's own run of this workload: PASSED, median 0.05 ms")
+    assert "one call: 2 launches" in done.text and done.latency_ms == 0.05
+    assert stand_in.given == [((uuid,), False)]  # its one workload; no torch.compile measured for it
+
+
+def test_launches_that_were_not_replayed_are_unsupported_with_the_reason(tmp_path, monkeypatch, stand_in_ncu):
+    stand_in = Evaluation(tmp_path / "kernels.cubin", Routed(reason="not replayed: tensor work on the host"))
+    monkeypatch.setattr(profile, "evaluate", stand_in)
+    done = profile.profile_workload(one_workload(), PROBLEM.seed("cuda"), EvalConfig(device="cuda:0"))
+    assert done.status is Status.UNSUPPORTED and "tensor work on the host" in done.text
+
+
+def test_an_evaluation_that_fails_before_its_plan_gives_its_own_status(tmp_path, monkeypatch, stand_in_ncu):
+    monkeypatch.setattr(profile, "evaluate", Evaluation(tmp_path / "k", None, Status.COMPILE_ERROR))
+    done = profile.profile_workload(one_workload(), PROBLEM.seed("cuda"), EvalConfig(device="cuda:0"))
+    assert done.status is Status.COMPILE_ERROR and "nvcc: error here" in done.text
+
+
+def test_without_ncu_nothing_runs(monkeypatch):
+    monkeypatch.setattr(profile, "find_ncu", lambda: None)
+    monkeypatch.setattr(profile, "evaluate", lambda *a, **k: pytest.fail("evaluated without ncu"))
+    done = profile.profile_workload(one_workload(), PROBLEM.seed("cuda"), EvalConfig(device="cuda:0"))
+    assert done.status is Status.UNSUPPORTED and "ncu" in done.text
+    two = dataclasses.replace(PROBLEM, workloads=PROBLEM.workloads[:2])
+    assert "one workload" in profile.profile_workload(two, PROBLEM.seed("cuda"), EvalConfig(device="cuda:0")).text

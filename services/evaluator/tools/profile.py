@@ -31,7 +31,7 @@ from pathlib import Path
 from services.evaluator.config import EvalConfig
 from services.evaluator.evaluate import AttemptResult, evaluate, scratch_root
 from services.evaluator.sandbox.confine import CLONE_NEWNET, LIMITS, set_limit
-from services.evaluator.sandbox.fsview import encoded_view, private_view
+from services.evaluator.sandbox.fsview import SCRATCH_MOUNTS, encoded_view, private_view
 from services.evaluator.sandbox.isolation import candidate_view, scrubbed_env, shared_folders
 from services.evaluator.scratch import make_folder
 from services.evaluator.tools import ncu
@@ -151,7 +151,10 @@ def _run_ncu(folder: Path, problem: Problem, solution: Solution, config: EvalCon
     log_file, console = home / "ncu.csv", home / "console.log"
     command = ncu.command(tool, [sys.executable, "-m", "services.evaluator.tools.target", str(folder / "job.json")],
                           log_file)
-    visible = (problem.root,) if problem.root is not None else ()  # its safetensors inputs, where it has any
+    # Read-only where they lie in /tmp or /dev/shm (its view empties those): the problem's folder
+    # (its safetensors inputs) and ncu's own, where it is installed there.
+    visible = tuple(Path(p) for p in (problem.root, Path(tool).resolve().parent) if p is not None
+                    and any(str(p).startswith(os.fsdecode(m) + os.sep) for m in SCRATCH_MOUNTS))
     view = encoded_view(candidate_view((home,), shared_folders(config.device), visible, parents=True))
     hook = _confinement(view, libc())
     with open(console, "wb") as out:
