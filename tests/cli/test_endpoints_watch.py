@@ -8,6 +8,7 @@ import pytest
 import redis
 from rich.console import Console
 
+from kernelswarm import up
 from kernelswarm.endpoints_watch import ENDPOINT_FAILED, EndpointWatch
 from kernelswarm.launcher import RedisServer
 from services.planner.campaign import create_campaign
@@ -75,3 +76,23 @@ def test_without_an_llm_nothing_is_asked(swarm):
     tuner = EndpointWatch(settings.model_copy(update={"openai_api_key": None}))
     out, _text = console()
     assert not tuner.poll(1.0, out) and tuner.exit_code(db, campaign_id, out) == 0
+
+
+def test_ups_watch_ends_at_the_first_look_after_a_fatal_error(swarm):
+    settings, db, campaign_id, _problem_id, client = swarm
+    watch = EndpointWatch(settings)  # as `up` makes it, before any writer starts
+    record_endpoint_error(client, EndpointError("auth", "Incorrect API key provided: sk-ab****"), "m", 1)
+
+    class Quiet:
+        """Services with nothing to report, counting how often `up` looked."""
+
+        looks = 0
+
+        def supervise(self) -> list:
+            Quiet.looks += 1
+            return []
+
+    out, text = console()
+    up._watch(db, campaign_id, Quiet(), 30.0, {"signal": False}, out, watch)
+    assert Quiet.looks == 1 and "LLM endpoint error (auth): Incorrect API key provided" in text.getvalue()
+    assert watch.exit_code(db, campaign_id, out) == ENDPOINT_FAILED
