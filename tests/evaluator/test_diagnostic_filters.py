@@ -37,9 +37,9 @@ def add_campaign(runtime: Runtime, problem_id: int) -> int:
         return campaign.id
 
 
-def finished(runtime: Runtime, problem_id: int, campaign_id: int, language: str, minutes: int, *, kind: str = "evaluate",
-             status: str, speedup: float | None = None, sol: float | None = None, tokens: int = 0,
-             gpu_s: float = 0.0, message: str | None = None) -> str:
+def finished(runtime: Runtime, problem_id: int, campaign_id: int, language: str, minutes: int, *,
+             kind: str = "evaluate", status: str, speedup: float | None = None, sol: float | None = None,
+             tokens: int = 0, gpu_s: float = 0.0, message: str | None = None) -> str:
     with runtime.db.session() as session:
         digest = put_solution(session, runtime.store, problem_id, PROBLEM.seed(language))
         row = create_attempt(session, problem_id, digest, "cpu", campaign_id=campaign_id, kind=kind)
@@ -126,8 +126,8 @@ def tuner_proposals(home: Path, before=None, count: int = 3) -> list[str]:
         if before is not None:
             before(runtime, problem_id, campaign_id)
         seeds = tuple(s for s in PROBLEM.seeds if s.spec.languages[0].value == "pytorch")
-        job = write.Job(assignment_id, campaign_id, problem_id, PROBLEM.name, "cpu", count, 0, "pytorch", None, None, seeds,
-                        tuple(w.uuid for w in PROBLEM.workloads))
+        job = write.Job(assignment_id, campaign_id, problem_id, PROBLEM.name, "cpu", count, 0, "pytorch", None, None,
+                        seeds, tuple(w.uuid for w in PROBLEM.workloads))
         rng, proposed = random.Random(1), []
         for rank in range(count):
             attempt_id = write._submit_once(runtime, job, rng)

@@ -106,8 +106,8 @@ def test_without_cuobjdump_the_answer_says_so(tmp_path, monkeypatch):
 
 
 def test_a_build_that_fails_is_a_compile_error_with_nvccs_line(tmp_path):
-    found = inspect_solution(cuda_solution(KERNELS_CU + "\nextern \"C\" __global__ void bad() { undefined_thing(); }\n"),
-                             "sm_90a", tmp_path / "b")
+    broken = KERNELS_CU + '\nextern "C" __global__ void bad() { undefined_thing(); }\n'
+    found = inspect_solution(cuda_solution(broken), "sm_90a", tmp_path / "b")
     assert found.status is Status.COMPILE_ERROR and "undefined_thing" in found.text
 
 

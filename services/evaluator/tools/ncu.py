@@ -23,7 +23,8 @@ TOP_STALLS = 4
 
 # figure -> its raw names, first found wins
 DURATION = ("gpu__time_duration.sum",)
-DRAM_PCT = ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "dram__throughput.avg.pct_of_peak_sustained_elapsed")
+DRAM_PCT = ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+            "dram__throughput.avg.pct_of_peak_sustained_elapsed")
 DRAM_RATE = ("dram__bytes.sum.per_second",)
 DRAM_BYTES = ("dram__bytes.sum",)
 L2_PCT = ("lts__throughput.avg.pct_of_peak_sustained_elapsed",)

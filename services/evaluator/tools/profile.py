@@ -112,7 +112,8 @@ def profile_workload(problem: Problem, solution: Solution, config: EvalConfig, d
 
 def _unsupported(problem: Problem, solution: Solution, config: EvalConfig) -> str | None:
     if solution.spec.language is not Language.CUDA:
-        return f"profile runs `cuda` solutions (their recorded launches, replayed); this one is {solution.spec.language.value}"
+        return (f"profile runs `cuda` solutions (their recorded launches, replayed); this one is "
+                f"{solution.spec.language.value}")
     if not config.device.startswith("cuda"):
         return f"profile needs a GPU evaluator; this one runs on {config.device}"
     if len(problem.workloads) != 1:
@@ -130,7 +131,8 @@ def _verdict(result: AttemptResult) -> str:
     if evaluation.performance is not None:
         return (f"the evaluator's own run of this workload: {evaluation.status.value}, median "
                 f"{evaluation.performance.latency_ms:.4g} ms (L2 flushed per run, as ncu's --cache-control all)")
-    return f"the evaluator's own run of this workload: {evaluation.status.value} (figures of a kernel that did not pass)"
+    return (f"the evaluator's own run of this workload: {evaluation.status.value} (figures of a kernel that did "
+            f"not pass)")
 
 
 def _axes(workload) -> str:
