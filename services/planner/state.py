@@ -267,7 +267,7 @@ def parent_candidates(session: Session, campaign_id: int, problem_ids: Sequence[
         AttemptRow.problem_id, AttemptRow.solution_hash, SolutionRow.language, SolutionRow.parent_hash,
         func.row_number().over(partition_by=AttemptRow.problem_id, order_by=best_order()).label("rank"))
         .join(SolutionRow, SolutionRow.hash == AttemptRow.solution_hash)
-        .where(AttemptRow.campaign_id == campaign_id, AttemptRow.status == PASSED,
+        .where(AttemptRow.campaign_id == campaign_id, AttemptRow.status == PASSED, AttemptRow.kind == VERDICT_KIND,
                AttemptRow.problem_id.in_(list(problem_ids)))).subquery()
     found: dict[int, list[Candidate]] = {}
     seen: set[tuple[int, str]] = set()
