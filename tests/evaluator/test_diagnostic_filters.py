@@ -14,7 +14,7 @@ import pytest
 
 from services.planner.best import update_best
 from services.planner.policy import PolicyConfig
-from services.planner.state import problem_stats, recent_attempts
+from services.planner.state import parent_candidates, problem_stats, recent_attempts
 from services.web.problem_data import problem_detail
 from services.worker import write
 from shared.db import AssignmentRow, AttemptRow, CampaignProblemRow, CampaignRow, utcnow
@@ -99,6 +99,8 @@ def test_the_planner_sees_one_attempt_no_failure_and_every_cost(runtime, recorde
         assert stats.tokens == 11110 and stats.gpu_s == pytest.approx(7.5)
         assert update_best(session, campaign_id, problem_id) == evaluation
         assert [r.status for r in recent_attempts(session, campaign_id, [problem_id])[problem_id]] == ["PASSED"]
+        parents = parent_candidates(session, campaign_id, [problem_id])[problem_id]
+        assert [p.solution_hash for p in parents] == [session.get(AttemptRow, evaluation).solution_hash]
 
 
 def test_the_problem_page_charts_and_lists_evaluations_only(runtime, recorded):
