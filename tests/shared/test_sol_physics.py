@@ -116,3 +116,13 @@ def test_axis_expressions_may_not_use_tensor_sizes():
     definition = parse_model(Definition, data, "definition.json")
     with pytest.raises(ValueError, match="a call other than min"):
         definition.resolve_axes({"M": 4})
+
+
+def test_a_reference_that_makes_cuda_tensors_is_counted_on_fake_cuda_tensors_without_a_gpu():
+    """Shapes only still: torch's FakeTensorMode makes "cuda" tensors on a machine without CUDA."""
+    definition = define({"n": None}, {"a": (["n", "n"], "bfloat16")}, {"c": (["n", "n"], "bfloat16")},
+                        "import torch\n\ndef run(a):\n    bias = torch.zeros(a.shape[1], device='cuda', dtype=a.dtype)\n"
+                        "    return a.cuda() @ a.to('cuda').T + bias\n")
+    work = count_work(definition, random_workload(definition, n=256), cpu_budget_bytes=0)  # no real values
+    assert work.counted_on == "fake"
+    assert work.total_matrix_flops == 2 * 256**3 and work.bytes_moved == 2 * 2 * 256 * 256
