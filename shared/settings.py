@@ -72,6 +72,7 @@ class Settings(BaseModel):
     agent_read_timeout_s: float = 300.0  # a streamed reply may be silent this long between two chunks
     agent_turn_timeout_s: float = 1800.0  # a reply that is not streamed (the endpoint refuses streaming) takes at most this
     agent_notes: int = 4  # notes (the `note` tool) one session may leave on its problem
+    agent_retry_wait_s: float = 15.0  # a turn met by a rate limit or timeout is asked again after this, then twice it
     notes_budget_chars: int = 6000  # a problem's notes file (shared/notes.py): the planner trims it to this
     note_max_chars: int = 2000  # one `note` a writer appends
     submit_token: str | None = None  # at least 32 random characters (`kernelswarm token`); none: submitting is off

@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from services.evaluator.languages import default_entry
 from services.worker.context import START_CHARS_PER_TOKEN, Turn, fit, message_chars
 from services.worker.llm import ContextTooLong, Reply, ToolsRefused, tool_schemas
-from shared.errors import EndpointError
+from shared.errors import EndpointError, EndpointUnavailable
 from shared.schema import Problem, Solution
 from shared.schema.base import format_validation_error
 
@@ -86,6 +86,8 @@ class SessionConfig:
     default_language: str = "cuda"  # of fenced files without a `language:` line
     context_tokens: int = 32768  # the model's context
     reply_tokens: int = 4096  # of it, kept free for the reply
+    turn_retries: int = 2  # a turn the endpoint could not answer now (rate limit, timeout) is asked again
+    retry_wait_s: float = 15.0  # before the first of them, doubling
 
 
 TokensFn = Callable[[int], None]  # tokens no recorded attempt carries, told at the end of the session
@@ -156,7 +158,7 @@ class _Session:
     def _ask(self) -> Reply:
         """The model's next reply to the history fitted to its context: asked again, shorter, when
         the endpoint says it is too long, and without tools when it refuses them."""
-        refused = 0
+        refused = retried = 0
         while True:
             tool_calls = self.model.tools_supported
             names = self.tools.names() if tool_calls else ()
@@ -168,6 +170,12 @@ class _Session:
                 reply = self.model.complete(messages, names)
             except ToolsRefused:
                 continue  # tools_supported is False now: the protocol is rendered for fenced files
+            except EndpointUnavailable:
+                if retried >= self.config.turn_retries:
+                    raise  # the write task retries later; this conversation is lost
+                time.sleep(self.config.retry_wait_s * 2 ** retried)
+                retried += 1
+                continue  # the same conversation, asked again
             except ContextTooLong as error:
                 refused += 1
                 if refused >= CONTEXT_TRIES:

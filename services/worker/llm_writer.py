@@ -92,7 +92,7 @@ def agent_attempts(runtime: Runtime, job, send_evaluate: Callable[[str, str], No
 
     tools = _tools(runtime, job, model.model, evaluate, diagnosis)
     config = SessionConfig("cuda" if job.device.startswith("cuda") else "pytorch", settings.agent_context_tokens,
-                           settings.agent_reply_tokens)
+                           settings.agent_reply_tokens, retry_wait_s=settings.agent_retry_wait_s)
     try:
         result = run_session(model, problem, brief, tools, budget, config,
                              record_tokens=lambda tokens: add_assignment_tokens(runtime, job.assignment_id, tokens))

@@ -16,7 +16,7 @@ from services.worker.agent import (
     PROTOCOL, Budget, Feedback, SessionConfig, Tools, parse_fenced, problem_brief, render_protocol, run_session,
 )
 from services.worker.feedback import feedback_text
-from fake_openai import ScriptedEndpoint, tool_call
+from fake_openai import ScriptedEndpoint, Slow, tool_call
 from services.worker.llm import ChatModel
 from shared.schema import Solution, load_problem
 
@@ -284,3 +284,16 @@ def test_the_brief_numbers_the_workloads_with_their_figures_and_shows_the_best_a
     parsed = parse_fenced(brief.split("## Current best solution")[1], "cuda")
     assert parsed["files"] == [{"path": "main.py", "content": CORRECT}] and parsed["language"] == "pytorch"
     assert parsed["tunables"] == {"BLOCK": [128, 256]} and parsed["entry_point"] == "main.py::run"
+
+
+def test_a_turn_the_endpoint_could_not_answer_is_asked_again_in_the_same_conversation(problem):
+    evaluate = tool_call("evaluate", {"language": "pytorch", "files": [{"path": "main.py", "content": CORRECT}]})
+    endpoint = ScriptedEndpoint([evaluate, Slow(tool_call("submit", {}, "call_2"), 1.0), tool_call("submit", {}, "c3")])
+    try:
+        model = ChatModel("m", endpoint.url, "key", read_timeout_s=0.3, max_retries=0)
+        result = run_session(model, problem, "brief", RecordingEvaluator(), Budget(),
+                             SessionConfig(retry_wait_s=0.0))
+    finally:
+        endpoint.close()
+    assert result.submitted and result.turns == 2 and len(endpoint.requests) == 3
+    assert endpoint.requests[1]["messages"] == endpoint.requests[2]["messages"]  # nothing of it lost

@@ -84,7 +84,8 @@ def test_an_unreachable_endpoint_gives_the_assignment_back_for_the_planner_to_re
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS, attempt_wait_s=5.0, model="test-model",
-                               openai_api_key="sk-test", openai_base_url=f"http://127.0.0.1:{port}/v1"))
+                               openai_api_key="sk-test", openai_base_url=f"http://127.0.0.1:{port}/v1",
+                               agent_retry_wait_s=0.0))
     try:
         assignment_id = add_assignment(runtime)
 
@@ -138,9 +139,10 @@ def test_a_wrong_key_cancels_the_assignment_pauses_the_campaign_and_is_recorded(
 
 
 def test_a_rate_limit_is_recorded_and_the_assignment_given_back(tmp_path, redis_url):
-    endpoint = ScriptedEndpoint([RATE_LIMITED] * 3)  # the client's own two retries, then the task's backoff
+    endpoint = ScriptedEndpoint([RATE_LIMITED] * 9)  # 3 tries of the turn, each with the client's 2 retries
     runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS, attempt_wait_s=5.0, model="test-model",
-                               openai_api_key="sk-test", openai_base_url=endpoint.url, redis_url=redis_url))
+                               openai_api_key="sk-test", openai_base_url=endpoint.url, redis_url=redis_url,
+                               agent_retry_wait_s=0.0))
     client = redis.Redis.from_url(redis_url)
     try:
         assignment_id = add_assignment(runtime)
@@ -150,7 +152,7 @@ def test_a_rate_limit_is_recorded_and_the_assignment_given_back(tmp_path, redis_
             assert session.get(AssignmentRow, assignment_id).status == "RUNNING"
             assert session.get(CampaignRow, session.get(AssignmentRow, assignment_id).campaign_id).status == "RUNNING"
         (recorded,) = endpoint_errors(client)
-        assert not recorded["fatal"] and recorded["kind"] == "rate_limit"
+        assert not recorded["fatal"] and recorded["kind"] == "rate_limit" and len(endpoint.requests) == 9
     finally:
         client.close()
         endpoint.close()
