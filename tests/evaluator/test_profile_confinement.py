@@ -165,3 +165,17 @@ def test_without_ncu_nothing_runs(monkeypatch):
     assert done.status is Status.UNSUPPORTED and "ncu" in done.text
     two = dataclasses.replace(PROBLEM, workloads=PROBLEM.workloads[:2])
     assert "one workload" in profile.profile_workload(two, PROBLEM.seed("cuda"), EvalConfig(device="cuda:0")).text
+
+
+def test_a_machine_whose_ncu_reads_no_counters_is_unsupported_not_the_kernels_fault(tmp_path):
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    tool = folder / "ncu"
+    tool.write_text(f"#!{sys.executable}\nimport sys\n"
+                    "print('==PROF== Connected to process 77')\n"
+                    "print('==ERROR== Failed to initialize the profiler: LibraryNotLoaded')\nsys.exit(1)\n")
+    tool.chmod(0o755)
+    kept = _Kept(plan={"steps": []}, cubin=b"\x7fELF")
+    problem = dataclasses.replace(PROBLEM, workloads=PROBLEM.workloads[:1])
+    status, text = _run_ncu(folder, problem, PROBLEM.seed("cuda"), EvalConfig(device="cuda:0"), kept, str(tool), None)
+    assert status is Status.UNSUPPORTED and "LibraryNotLoaded" in text

@@ -117,6 +117,8 @@ def test_inspect_gives_ptxas_figures_and_the_kernels_sass(session):
 def test_profile_figures_agree_with_the_evaluators_timing(session):
     runtime, job = session
     text, attempt = tool(runtime, job, "profile", workload_uuid=f"w{BIG}")
+    if text.startswith("status: UNSUPPORTED") and "cannot profile on this evaluator" in text:
+        pytest.skip(f"this machine's ncu reads no counters (gVisor does not; Firecracker does): {text}")
     assert text.startswith("status: PROFILED"), text
     for figure in ("DRAM", "L2", "SM", "occupancy: achieved", "limited by", "registers/thread", "top warp stalls"):
         assert figure in text, f"{figure} missing from:\n{text}"

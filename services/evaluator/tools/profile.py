@@ -42,6 +42,8 @@ from shared.schema import Language, Problem, Solution, Status
 PROFILE_TIMEOUT_S = 300.0
 LOG_TAIL_CHARS = 1200
 NCU_PLACES = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute")
+# ncu's words where the machine, not the kernel, stops it (seen on gVisor: LibraryNotLoaded).
+NO_PROFILER = ("Failed to initialize the profiler", "LibraryNotLoaded")
 SIOCSIFFLAGS, IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x8914, 0x1, 0x8, 0x40
 
 
@@ -175,6 +177,9 @@ def _run_ncu(folder: Path, problem: Problem, solution: Solution, config: EvalCon
     if "ERR_NVGPUCTRPERM" in text + tail:
         return Status.UNSUPPORTED, ("this evaluator may not read the GPU's performance counters "
                                     "(ERR_NVGPUCTRPERM: profiling is restricted to administrators)")
+    refused = next((line for line in (text + "\n" + tail).splitlines() if any(m in line for m in NO_PROFILER)), None)
+    if refused is not None:  # the machine's (a sandboxed kernel without the profiler's driver support)
+        return Status.UNSUPPORTED, f"Nsight Compute cannot profile on this evaluator: {refused.strip()[:300]}"
     try:
         launches = ncu.parse(text)
     except ValueError:
