@@ -112,7 +112,8 @@ class Evaluation:
         trace = Trace(definition=problem.name, workload=workload, solution=solution.name, evaluation=Evaluation_(
             status=self.status, environment=Environment(hardware="test"), timestamp="now", log="",
             performance=performance,
-            correctness=Correctness(max_absolute_error=0.0, max_relative_error=0.0) if performance else None))
+            correctness=Correctness(max_absolute_error=0.0, max_relative_error=0.0)
+            if self.status in (Status.PASSED, Status.INCORRECT_NUMERICAL) else None))
         return AttemptResult(self.status, [trace], 0.05 if performance else None, None, 1, "nvcc: error here"
                              if self.status is Status.COMPILE_ERROR else "")
 
@@ -179,3 +180,24 @@ def test_a_machine_whose_ncu_reads_no_counters_is_unsupported_not_the_kernels_fa
     problem = dataclasses.replace(PROBLEM, workloads=PROBLEM.workloads[:1])
     status, text = _run_ncu(folder, problem, PROBLEM.seed("cuda"), EvalConfig(device="cuda:0"), kept, str(tool), None)
     assert status is Status.UNSUPPORTED and "LibraryNotLoaded" in text
+
+
+@pytest.mark.parametrize("status", [Status.TIMEOUT, Status.RUNTIME_ERROR, Status.REWARD_HACK])
+def test_kernels_that_hung_crashed_or_cheated_are_not_run_again_under_ncu(tmp_path, monkeypatch, status):
+    uuid = PROBLEM.workloads[1].uuid
+    monkeypatch.setattr(profile, "evaluate", Evaluation(tmp_path / "k", Routed(plans={uuid: Plan()}), status))
+    monkeypatch.setattr(profile, "find_ncu", lambda: "/bin/false")
+    monkeypatch.setattr(profile, "_run_ncu", lambda *args: pytest.fail("profiled after " + status.value))
+    (tmp_path / "k").write_bytes(b"\x7fELF")
+    done = profile.profile_workload(one_workload(), PROBLEM.seed("cuda"), EvalConfig(device="cuda:0"))
+    assert done.status is status
+
+
+def test_a_kernel_with_wrong_values_is_still_profiled_and_said_so(tmp_path, monkeypatch, stand_in_ncu):
+    cubin = tmp_path / "kernels.cubin"
+    cubin.write_bytes(b"\x7fELF")
+    uuid = PROBLEM.workloads[1].uuid
+    monkeypatch.setattr(profile, "evaluate", Evaluation(cubin, Routed(plans={uuid: Plan()}),
+                                                        Status.INCORRECT_NUMERICAL))
+    done = profile.profile_workload(one_workload(), PROBLEM.seed("cuda"), EvalConfig(device="cuda:0"))
+    assert done.status is None and "INCORRECT_NUMERICAL (figures of a kernel that did not pass)" in done.text

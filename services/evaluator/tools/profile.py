@@ -42,6 +42,10 @@ from shared.schema import Language, Problem, Solution, Status
 PROFILE_TIMEOUT_S = 300.0
 LOG_TAIL_CHARS = 1200
 NCU_PLACES = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute")
+# The evaluation's verdicts after which its kernels are profiled: they ran to their end. One that
+# hung, crashed or cheated is answered with its own status (ncu would only run it again).
+PROFILED_VERDICTS = frozenset({Status.PASSED, Status.INCORRECT_NUMERICAL, Status.INCORRECT_SHAPE,
+                               Status.INCORRECT_DTYPE})
 # ncu's words where the machine, not the kernel, stops it (seen on gVisor: LibraryNotLoaded).
 NO_PROFILER = ("Failed to initialize the profiler", "LibraryNotLoaded")
 SIOCSIFFLAGS, IFF_UP, IFF_LOOPBACK, IFF_RUNNING = 0x8914, 0x1, 0x8, 0x40
@@ -96,7 +100,7 @@ def profile_workload(problem: Problem, solution: Solution, config: EvalConfig, d
 
     result = evaluate(problem, solution, dataclasses.replace(config, probe=probe, measure_compile=False))
     verdict = _verdict(result)
-    if kept.plan is None:
+    if kept.plan is None or result.status not in PROFILED_VERDICTS:  # nothing to replay, or it hung, crashed, cheated
         if result.status is not Status.PASSED:
             return Profiled(result.status, result.message or f"the evaluation ended {result.status.value}")
         return Profiled(Status.UNSUPPORTED, "profile replays the solution's recorded launches, and these were "
