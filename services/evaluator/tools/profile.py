@@ -39,7 +39,7 @@ from services.evaluator.tools.target import ProfileJob
 from shared.process import libc, set_parent_death_signal
 from shared.schema import Language, Problem, Solution, Status
 
-PROFILE_TIMEOUT_S = 300.0
+PROFILE_TIMEOUT_S = 180.0  # with the evaluation before it, inside the task's hard limit (celery_app)
 LOG_TAIL_CHARS = 1200
 NCU_PLACES = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute")
 # The evaluation's verdicts after which its kernels are profiled: they ran to their end. One that
