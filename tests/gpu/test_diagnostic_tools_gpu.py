@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from sqlalchemy import select
 
 torch = pytest.importorskip("torch")
 
@@ -128,7 +129,7 @@ def test_profile_figures_agree_with_the_evaluators_timing(session):
     assert dram_pct > 40, text  # a streaming multiply at this size runs near HBM speed
     assert attempt.kind == "profile" and attempt.gpu_seconds > 0 and json.loads(attempt.workload_uuids) == [f"w{BIG}"]
     with runtime.db.session() as db:
-        assert db.query(TraceRow).filter(TraceRow.attempt_id == attempt.id).count() == 0  # no verdict recorded
+        assert db.scalars(select(TraceRow).where(TraceRow.attempt_id == attempt.id)).all() == []  # no verdict
 
     # The evaluator's own timing of the same solution on the same workload, as an evaluation.
     with runtime.db.session() as db:
@@ -136,7 +137,7 @@ def test_profile_figures_agree_with_the_evaluators_timing(session):
         evaluation_id = create_attempt(db, job.problem_id, digest, "cuda", workload_uuids=[f"w{BIG}"]).id
     assert evaluate_attempt(runtime, evaluation_id, "cuda", "gpu-evaluator") == "PARTIAL"
     with runtime.db.session() as db:
-        timed_ms = db.query(TraceRow).filter(TraceRow.attempt_id == evaluation_id).one().latency_ms
+        timed_ms = db.scalars(select(TraceRow).where(TraceRow.attempt_id == evaluation_id)).one().latency_ms
     in_profile = float(re.search(r"median ([0-9.e+-]+) ms", text).group(1))  # the profile attempt's own run
     print(f"\nncu kernel time {kernel_ms:.4f} ms; evaluator median {timed_ms:.4f} ms (profile attempt's run "
           f"{in_profile:.4f} ms); ratio {timed_ms / kernel_ms:.3f}")
