@@ -12,6 +12,7 @@ from celery.signals import worker_ready, worker_shutdown
 from services.planner.advisor import Advisor
 from services.planner.campaign import assignment_done
 from services.planner.notes import trim_campaign_notes
+from services.planner.policy import PolicyConfig
 from services.planner.state import StateCache
 from services.planner.sweep import Sweeper
 from services.planner.tick import PlannerConfig, tick
@@ -43,7 +44,8 @@ def planner_config(app: Celery, runtime: Runtime) -> PlannerConfig:
     settings = runtime.settings
     advisor = Advisor(settings.model, settings.openai_base_url, settings.openai_api_key) \
         if settings.openai_api_key else None  # campaigns with policy `llm` plan with the default without it
-    return PlannerConfig(attempt_deadline_s=settings.attempt_wait_s + visibility_s + hard_limit_s,
+    return PlannerConfig(policy=PolicyConfig(writer=settings.writer),
+                         attempt_deadline_s=settings.attempt_wait_s + visibility_s + hard_limit_s,
                          sweep_every_s=settings.sweep_every_s, advisor=advisor)
 
 
