@@ -150,6 +150,9 @@ class ChatModel:
                     raise
                 log.warning("model=%s endpoint refused streaming (%s); whole replies from now on", self.model, error)
                 self.streaming = False
+            except NoChunks:  # a 200 with no event in it: a server that ignores `stream` and sends JSON
+                log.warning("model=%s endpoint sent no stream events; whole replies from now on", self.model)
+                self.streaming = False
         response = self._client.chat.completions.create(**request, timeout=self._turn_timeout)
         return _reply(response, request["messages"])
 
@@ -240,7 +243,9 @@ def _assemble(stream: Any, messages: list[dict[str, Any]]) -> Reply:
     parts: list[str] = []
     calls: dict[int, dict[str, str]] = {}
     usage = None
+    chunks = 0
     for chunk in stream:
+        chunks += 1
         if getattr(chunk, "usage", None) is not None:
             usage = chunk.usage
         for choice in chunk.choices or []:
@@ -258,9 +263,15 @@ def _assemble(stream: Any, messages: list[dict[str, Any]]) -> Reply:
                 if piece.function is not None:
                     slot["name"] = slot["name"] or (piece.function.name or "")
                     slot["arguments"] += piece.function.arguments or ""
+    if not chunks:
+        raise NoChunks("the streamed reply had no event")
     text = "".join(parts)
     assembled = [(c["id"] or f"call_{i}", c["name"], c["arguments"]) for i, c in sorted(calls.items())]
     return _make_reply(text, assembled, usage, messages)
+
+
+class NoChunks(Exception):
+    """A streamed request answered 200 without a single server-sent event (`_assemble`)."""
 
 
 def _reply(response: Any, messages: list[dict[str, Any]]) -> Reply:

@@ -87,8 +87,9 @@ class ScriptedEndpoint:
 
     def __init__(self, replies: list, refuse_tools: bool = False, refuse_stream: bool = False,
                  context_tokens: int | None = None, models: set[str] | None = None,
-                 api_keys: set[str] | None = None) -> None:
+                 api_keys: set[str] | None = None, ignore_stream: bool = False) -> None:
         self.replies, self.refuse_tools, self.refuse_stream = list(replies), refuse_tools, refuse_stream
+        self.ignore_stream = ignore_stream  # answer `stream: true` with a whole JSON reply, as some servers do
         self.context_tokens, self.models, self.api_keys = context_tokens, models, api_keys
         self.requests: list[dict] = []
         self.refusals: list[tuple[int, dict]] = []
@@ -114,7 +115,7 @@ class ScriptedEndpoint:
                             content_type="application/json")
         message, pause_s = (item.message, item.pause_s) if isinstance(item, Slow) else (item, 0.0)
         usage = self._usage(body, message)
-        if body.get("stream"):
+        if body.get("stream") and not self.ignore_stream:
             include = bool((body.get("stream_options") or {}).get("include_usage"))
             return Response(_sse(body["model"], message, usage if include else None, pause_s),
                             content_type="text/event-stream")

@@ -57,6 +57,19 @@ def test_an_endpoint_that_refuses_streaming_gets_whole_replies_from_then_on():
     assert reply.tokens == endpoint.usages[0]
 
 
+def test_an_endpoint_that_ignores_stream_and_sends_json_is_asked_again_without_it():
+    """A 200 with a whole JSON reply to `stream: true` holds no server-sent event: read as nothing,
+    every turn would be empty (16 turns of "no solution found"); asked again, without streaming."""
+    endpoint = ScriptedEndpoint([{"content": "lost"}, {"content": "one"}, {"content": "two"}], ignore_stream=True)
+    try:
+        model, reply = ask(endpoint)
+        second = model.complete(MESSAGES, ("evaluate", "submit"))
+    finally:
+        endpoint.close()
+    assert (reply.text, second.text) == ("one", "two") and not model.streaming
+    assert [r.get("stream", False) for r in endpoint.requests] == [True, False, False]
+
+
 def test_only_a_refusal_of_tools_turns_tools_off():
     endpoint = ScriptedEndpoint([], refuse_tools=True)
     try:
