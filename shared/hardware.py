@@ -102,6 +102,9 @@ class HardwareSpec:
     measured_bandwidth_gbps: float | None = None
     measured_tflops: Mapping[Precision, float] = field(default_factory=lambda: MappingProxyType({}))
     l2_mib: float | None = None  # L2 capacity (MiB): writes up to it can still be in flight when a kernel ends
+    # False for a row made of an evaluator's own measurements (`measured_only`: a CPU): its
+    # ceilings price T_sol, but no physical floor is drawn from them (caches beat a measured copy).
+    datasheet: bool = True
 
     def bandwidth_gbps(self, use_measured: bool = True) -> float:
         """DRAM bandwidth in GB/s (1e9 bytes per second)."""
@@ -147,6 +150,20 @@ class HardwareSpec:
     @property
     def calibrated(self) -> bool:
         return self.measured_bandwidth_gbps is not None or bool(self.measured_tflops)
+
+    @classmethod
+    def measured_only(cls, name: str, bandwidth_gbps: float, tflops_by_dtype: Mapping[str | Precision, float]
+                      ) -> HardwareSpec:
+        """A row for a device without a datasheet row (a CPU), made of what its evaluator measured
+        at start: memory bandwidth and matmul rates (`fp32` the rate vector work is priced at)."""
+        measured = {as_precision(k): float(v) for k, v in tflops_by_dtype.items() if v}
+        if Precision.FP32 not in measured:
+            raise ValueError(f"a measured row for {name} needs an fp32 rate, not only {sorted(measured)}")
+        peaks = Peaks(fp64=None, fp32=measured[Precision.FP32], tf32=None, bf16=measured.get(Precision.BF16),
+                      fp16=measured.get(Precision.FP16))
+        return cls("measured", name, bandwidth_gbps, peaks, "measured by the evaluator at start (no datasheet)",
+                   measured_bandwidth_gbps=bandwidth_gbps, measured_tflops=MappingProxyType(measured),
+                   datasheet=False)
 
     def with_calibration(self, bandwidth_gbps: float | None,
                          tflops_by_dtype: Mapping[str | Precision, float]) -> HardwareSpec:

@@ -42,7 +42,7 @@ import torch
 from sqlalchemy import select
 
 from shared.db import CalibrationRow, Database
-from shared.hardware import HardwareSpec, UnknownHardwareError, lookup
+from shared.hardware import HardwareSpec, UnknownHardwareError, cpu_name, lookup
 
 log = logging.getLogger(__name__)
 MAX_AGE = timedelta(days=7)  # a stored calibration older than this is measured again at start
@@ -53,6 +53,11 @@ DEFAULT_MATMUL_N = 8192
 DEFAULT_REPEATS = 20
 WARMUP = 3
 MATMUL_DTYPES = ("bfloat16", "float16", "float8_e4m3fn")
+GPU_DEFAULTS = {"copy_bytes": DEFAULT_COPY_BYTES, "matmul_n": DEFAULT_MATMUL_N, "repeats": DEFAULT_REPEATS,
+                "dtypes": MATMUL_DTYPES}
+# A CPU evaluator has no datasheet row: T_sol is priced at these alone. fp32 is the rate its vector
+# work is priced at; 256 MiB copies are beyond any CPU's last-level cache.
+CPU_DEFAULTS = {"copy_bytes": 256 << 20, "matmul_n": 1024, "repeats": 7, "dtypes": ("float32", "bfloat16")}
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,14 @@ class Calibration:
     def apply_to(self, spec: HardwareSpec) -> HardwareSpec:
         """The datasheet row with these measured ceilings attached."""
         return spec.with_calibration(self.bandwidth_gbps, self.tflops)
+
+    def as_spec(self) -> HardwareSpec | None:
+        """A row of these measurements alone, for a device without a datasheet row (a CPU); None
+        without an fp32 rate to price vector work at."""
+        try:
+            return HardwareSpec.measured_only(self.hardware, self.bandwidth_gbps, self.tflops)
+        except ValueError:
+            return None
 
 
 def time_ms(run: Callable[[], Any], device: torch.device, repeats: int, warmup: int = WARMUP) -> list[float]:
@@ -148,11 +161,17 @@ def matmul_tflops(n: int, ms: float) -> float:
     return 2 * n**3 / (ms * 1e9)
 
 
-def calibrate(device: torch.device | str = "cuda", *, copy_bytes: int = DEFAULT_COPY_BYTES,
-              matmul_n: int = DEFAULT_MATMUL_N, repeats: int = DEFAULT_REPEATS,
-              dtypes: tuple[str, ...] = MATMUL_DTYPES) -> Calibration:
-    """Measure bandwidth and the matmul rate of each dtype the device supports."""
+def calibrate(device: torch.device | str = "cuda", *, copy_bytes: int | None = None,
+              matmul_n: int | None = None, repeats: int | None = None,
+              dtypes: tuple[str, ...] | None = None) -> Calibration:
+    """Measure bandwidth and the matmul rate of each dtype the device supports. Unset sizes take the
+    device's defaults: on a CPU smaller ones (`CPU_DEFAULTS`, seconds in all on two cores)."""
     device = torch.device(device)
+    defaults = CPU_DEFAULTS if device.type == "cpu" else GPU_DEFAULTS
+    copy_bytes = defaults["copy_bytes"] if copy_bytes is None else copy_bytes
+    matmul_n = defaults["matmul_n"] if matmul_n is None else matmul_n
+    repeats = defaults["repeats"] if repeats is None else repeats
+    dtypes = defaults["dtypes"] if dtypes is None else dtypes
     if device.type == "cuda":
         device = torch.device("cuda", torch.cuda.current_device() if device.index is None else device.index)
     bandwidth = measure_copy_bandwidth(device, copy_bytes, repeats)
@@ -175,9 +194,11 @@ def calibrate(device: torch.device | str = "cuda", *, copy_bytes: int = DEFAULT_
 
 
 def device_name(device: torch.device) -> str:
+    """The name attempts record as their hardware (`evaluate.environment`): what a calibration is
+    stored and found under."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"{device.type} ({torch.get_num_threads()} threads)"
+    return f"CPU {cpu_name()}"
 
 
 def _unsupported(device: torch.device, dtype: torch.dtype) -> str | None:
@@ -211,7 +232,7 @@ def format_table(calibration: Calibration, spec: HardwareSpec | None = None) -> 
     for label, measured, sheet in rows:
         ratio = f"{measured / sheet:>7.2f}" if sheet else f"{'':>7}"
         sheet_text = f"{sheet:>12.1f}" if sheet else f"{'-':>12}"
-        lines.append(f"{label:24} {measured:>12.1f} {sheet_text} {ratio}")
+        lines.append(f"{label:24} {measured:>12.4g} {sheet_text} {ratio}")
     lines += [f"skipped: {reason}" for reason in calibration.skipped]
     return "\n".join(lines)
 
@@ -252,13 +273,15 @@ def measure_in_child(device: str) -> Calibration:
 def ensure(db: Database, device: str, hardware: str,
            measure: Callable[[str], Calibration] = measure_in_child) -> Calibration | None:
     """A calibration of `hardware` no older than MAX_AGE: the stored one, else measured now and
-    stored. None when the hardware has no datasheet row to attach it to, or the measurement failed
-    (the datasheet ceilings then price T_sol, as before)."""
-    try:
-        lookup(hardware)
-    except UnknownHardwareError:
-        log.info("no calibration: %s has no row in the hardware table", hardware)
-        return None
+    stored. None when a GPU has no datasheet row to attach it to, or the measurement failed (the
+    datasheet ceilings then price T_sol, as before; a CPU then has none). A CPU has no row: its
+    calibration is all its T_sol is priced at (`Calibration.as_spec`)."""
+    if device.startswith("cuda"):
+        try:
+            lookup(hardware)
+        except UnknownHardwareError:
+            log.info("no calibration: %s has no row in the hardware table", hardware)
+            return None
     found = stored(db, hardware, MAX_AGE)
     if found is not None:
         return found
@@ -279,15 +302,15 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--copy-mib", type=int, default=DEFAULT_COPY_BYTES >> 20)
-    parser.add_argument("--matmul-n", type=int, default=DEFAULT_MATMUL_N)
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS)
+    parser.add_argument("--copy-mib", type=int, default=None, help="default: 2048 on a GPU, 256 on a CPU")
+    parser.add_argument("--matmul-n", type=int, default=None, help="default: 8192 on a GPU, 1024 on a CPU")
+    parser.add_argument("--repeats", type=int, default=None, help="default: 20 on a GPU, 7 on a CPU")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("no CUDA device: pass --device cpu to try the measurements on the CPU", file=sys.stderr)
         return 2
-    calibration = calibrate(args.device, copy_bytes=args.copy_mib << 20, matmul_n=args.matmul_n,
-                            repeats=args.repeats)
+    calibration = calibrate(args.device, copy_bytes=None if args.copy_mib is None else args.copy_mib << 20,
+                            matmul_n=args.matmul_n, repeats=args.repeats)
     try:
         spec = lookup(calibration.hardware)
     except UnknownHardwareError:

@@ -128,8 +128,12 @@ def _config(runtime: Runtime, device: str, hardware: str) -> EvalConfig:
     """The evaluator's knobs for an attempt on `device`: settings, spares, calibrated ceilings."""
     config = EvalConfig.from_settings(runtime.settings, device, runtime.store)
     calibration, spec = stored(runtime.db, hardware), hardware_for(hardware)
+    if calibration is not None:
+        priced = calibration.apply_to(spec) if spec else calibration.as_spec()  # a CPU: its measurements alone
+    else:
+        priced = config.hardware
     return dataclasses.replace(config, spares=spares_for(device, scratch_root(config), config.fork_server),
-                               hardware=calibration.apply_to(spec) if calibration and spec else config.hardware)
+                               hardware=priced)
 
 
 def _diagnose_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, problem, problem_id: int,

@@ -3,8 +3,10 @@ hardware row, T_b the faster of the eager reference (timed in this attempt) and 
 once and cached), S = 1/(1 + (T_k − T_sol)/(T_b − T_sol)). A time below the most permissive physical
 floor is `REWARD_HACK`, never a record.
 
-On a device without a hardware row (the CPU, an unknown GPU) there is no T_sol: traces carry no SOL
-block and no physical floor applies. On a device timed by the host's clock (the CPU) one floor
+On a device without a hardware row (the CPU, an unknown GPU) T_sol is priced at the ceilings its
+evaluator measured at start (`HardwareSpec.measured_only`), where it has a calibration, else there is
+none and traces carry no SOL block; either way no physical floor applies there (a CPU's caches beat
+its measured copy bandwidth). On a device timed by the host's clock (the CPU) one floor
 still does: a median below half the shortest call that clock can time here (`below_the_host_clock`)
 is a frozen or forged timer, not a measurement.
 """
@@ -83,7 +85,7 @@ def score_workload(definition: Definition, workload: Workload, problem_root: Pat
     except SolCountError as error:
         log.info("no T_sol for %s %s: %s", definition.name, workload.uuid, error)
         return Verdict(None, None)
-    floor = hack_floor_ms(work, hardware)
+    floor = hack_floor_ms(work, hardware) if hardware.datasheet else 0.0  # measured ceilings: no floor
     if latency_ms < floor:
         return Verdict(None, f"median latency {latency_ms:.6g} ms is below the physical floor {floor:.6g} ms on "
                              f"{hardware.name} (work and bytes counted from the reference): the measurement "

@@ -50,7 +50,7 @@ def register(app: Celery, runtime: Runtime) -> None:
                 warm_up(device)
             except Exception:  # the first attempt then pays for it
                 log.exception("could not warm up evaluator %s on %s", sender.hostname, device)
-        if runtime.settings.calibrate and device.startswith("cuda"):
+        if runtime.settings.calibrate:
             try:  # before the first attempt: the measurement needs the GPU to itself
                 calibrate.ensure(runtime.db, device, environment(device).hardware)
             except Exception:  # the DB is down: T_sol stays on the datasheet ceilings until the next start

@@ -98,3 +98,30 @@ def test_an_attempt_is_priced_with_the_stored_calibration(runtime, monkeypatch):
     evaluate_attempt(runtime, attempt_id, "cpu", "evaluator@a")
     assert seen[0] is not None and seen[0].calibrated
     assert seen[0].bandwidth_gbps() == 4254.0 and seen[0].bandwidth_gbps(use_measured=False) == H200_SXM.dram_gbps
+
+
+def test_a_cpu_evaluator_calibrates_too_and_its_attempts_get_a_sol_score_without_a_floor(runtime, monkeypatch):
+    """A CPU has no datasheet row: what its evaluator measured at start prices T_sol alone, so a CPU
+    run has SOL scores; no physical floor is drawn from it (a CPU's caches beat its measured copy)."""
+    here = environment("cpu").hardware
+    measure = Measure(cal.Calibration(here, 13.8, MappingProxyType({"float32": 0.05, "bfloat16": 0.13}),
+                                      datetime.now(timezone.utc).isoformat(timespec="seconds"), "test"))
+    assert cal.ensure(runtime.db, "cpu", here, measure).hardware == here and measure.calls == 1
+    spec = cal.stored(runtime.db, here).as_spec()
+    assert (spec.name, spec.datasheet, spec.bandwidth_gbps(), spec.peak_tflops("fp32")) == (here, False, 13.8, 0.05)
+
+    workload = PROBLEM.workloads[-1]
+    priced = score_workload(PROBLEM.definition, workload, PROBLEM.root, spec, 1.0, 2.0, None)
+    assert priced.hack is None and priced.sol is not None and priced.sol.hardware == here
+    assert 0.5 < priced.sol.score <= 1.0  # twice as fast as the reference, which is T_b here
+    impossible = score_workload(PROBLEM.definition, workload, PROBLEM.root, spec, priced.sol.t_sol_ms / 100, 2.0, None)
+    assert impossible.hack is None  # beyond the measured ceilings, yet no accusation on a CPU
+
+    monkeypatch.setattr(record, "spares_for", lambda *args: None)
+    assert record._config(runtime, "cpu", here).hardware == spec
+
+
+def test_the_cpu_calibration_is_stored_under_the_name_attempts_record():
+    result = cal.calibrate("cpu", copy_bytes=1 << 20, matmul_n=32, repeats=2)
+    assert result.hardware == environment("cpu").hardware and set(result.tflops) == {"float32", "bfloat16"}
+    assert result.as_spec().peak_tflops("fp32") == result.tflops["float32"]
