@@ -283,7 +283,7 @@ def cmd_problems_import(args: argparse.Namespace) -> int:
             continue
         missing = missing_data_files(problem) + oversized(problem, settings.max_workload_bytes)
         if missing:
-            refused[str(folder)] = "; ".join(missing)
+            refused[str(folder)] = missing[0] + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
         else:
             problems.append(problem)
     names = [p.name for p in problems]
