@@ -297,3 +297,20 @@ def test_a_turn_the_endpoint_could_not_answer_is_asked_again_in_the_same_convers
         endpoint.close()
     assert result.submitted and result.turns == 2 and len(endpoint.requests) == 3
     assert endpoint.requests[1]["messages"] == endpoint.requests[2]["messages"]  # nothing of it lost
+
+
+def test_the_protocol_describes_each_diagnostic_tool_only_where_it_is_offered():
+    from services.worker.llm import tool_schemas
+
+    plain = render_protocol(True, ("evaluate", "submit"))
+    everything = render_protocol(True, ("evaluate", "profile", "inspect", "note", "submit"))
+    fenced = render_protocol(False, ("profile", "inspect", "note"))
+    for heading in ("## Looking at the machine code: `inspect`", "## Profiling: `profile`",
+                    "## Notes for the writers after you: `note`"):
+        assert heading in everything and heading not in plain and heading not in fenced
+    assert "<!--" not in everything and "<!--" not in fenced
+    arguments = {s["function"]["name"]: set(s["function"]["parameters"]["properties"])
+                 for s in tool_schemas(("profile", "inspect", "note"))}
+    assert "workload" in arguments["profile"] and "`workload`" in everything  # the names the schemas take
+    assert "kernel" in arguments["inspect"] and "`kernel`" in everything
+    assert arguments["note"] == {"text"} and "`text`" in everything
