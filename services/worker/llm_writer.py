@@ -30,7 +30,7 @@ from services.worker.llm import ChatModel
 from shared.db import AssignmentRow, AttemptRow, BaselineRow, CampaignRow, ProblemRow, TraceRow
 from shared.endpoints import record_endpoint_error
 from shared.errors import EndpointError, EndpointUnavailable
-from shared.repository import create_attempt, get_solution, problem_from_row, put_solution
+from shared.repository import VERDICT_KIND, create_attempt, get_solution, problem_from_row, put_solution
 from shared.runtime import Runtime
 from shared.schema import Solution, Trace
 
@@ -63,6 +63,7 @@ def agent_attempts(runtime: Runtime, job, send_evaluate: Callable[[str, str], No
     budget = Budget(turns=settings.agent_turns, evaluations=min(settings.agent_evaluations, job.remaining),
                     tokens=settings.agent_tokens, notes=settings.agent_notes)
     made = 0
+    latest: dict[str, str | None] = {"attempt": None}  # the session's last evaluation: what a note is backed by
 
     def stopped() -> bool:
         return not held() or not _running(runtime, job.campaign_id)
@@ -74,7 +75,7 @@ def agent_attempts(runtime: Runtime, job, send_evaluate: Callable[[str, str], No
             return Feedback("STOPPED", STOPPED)
         attempt_id = _record(runtime, job, model.model, solution, tokens)
         send_evaluate(attempt_id, job.device)
-        made += 1
+        made, latest["attempt"] = made + 1, attempt_id
         status = wait(attempt_id)
         return Feedback(status, _feedback(runtime, attempt_id, status))
 
@@ -90,7 +91,7 @@ def agent_attempts(runtime: Runtime, job, send_evaluate: Callable[[str, str], No
                             send_evaluate=send_evaluate, wait=wait)
         return run
 
-    tools = _tools(runtime, job, model.model, evaluate, diagnosis)
+    tools = _tools(runtime, job, model.model, evaluate, diagnosis, lambda: latest["attempt"])
     config = SessionConfig("cuda" if job.device.startswith("cuda") else "pytorch", settings.agent_context_tokens,
                            settings.agent_reply_tokens, retry_wait_s=settings.agent_retry_wait_s)
     try:
@@ -107,16 +108,18 @@ def agent_attempts(runtime: Runtime, job, send_evaluate: Callable[[str, str], No
     return Outcome(made, "DONE")
 
 
-def _tools(runtime: Runtime, job, author: str, evaluate, diagnosis) -> Tools:
+def _tools(runtime: Runtime, job, author: str, evaluate, diagnosis, latest: Callable[[], str | None]) -> Tools:
     """`profile` and `inspect` on a CUDA device where `services.worker.diagnose` is installed;
-    `note` where `shared.notes` is."""
+    `note` where `shared.notes` is, each note linked to the session's latest evaluation (`latest`):
+    the planner's trimming keeps notes backed by a measured attempt."""
     diagnose = _optional("services.worker.diagnose", "diagnose") if job.device.startswith("cuda") else None
     append_note = _optional("shared.notes", "append_note")
     return Tools(
         evaluate,
         profile=diagnosis("profile", diagnose) if diagnose else None,
         inspect=diagnosis("inspect", diagnose) if diagnose else None,
-        note=(lambda text: append_note(runtime, job.problem_id, author, text)) if append_note else None)
+        note=(lambda text: append_note(runtime, job.problem_id, author, text, attempt_id=latest()))
+        if append_note else None)
 
 
 def _optional(module: str, name: str) -> Callable | None:
@@ -212,7 +215,7 @@ def _best(runtime: Runtime, job) -> tuple[Solution, str] | None:
     """The assignment's parent, else the best PASSED attempt on the problem, with its feedback."""
     with runtime.db.session() as session:
         query = select(AttemptRow).where(AttemptRow.problem_id == job.problem_id, AttemptRow.status == "PASSED",
-                                         AttemptRow.device == job.device)
+                                         AttemptRow.device == job.device, AttemptRow.kind == VERDICT_KIND)
         if job.parent_hash:
             query = query.where(AttemptRow.solution_hash == job.parent_hash)
         rows = session.scalars(query).all()

@@ -15,6 +15,7 @@ from kernelswarm.launcher import RedisServer
 from services.planner.sweep import expire_leases
 from services.worker.write import run_assignment
 from shared.db import AssignmentRow, AttemptRow, BaselineRow, CampaignRow, utcnow
+from shared.db.models import NoteRow
 from shared.endpoints import endpoint_errors
 from shared.errors import EndpointUnavailable, RetryableError
 from shared.repository import get_solution, upsert_problem
@@ -190,6 +191,29 @@ def test_profile_and_note_are_bound_to_the_diagnose_and_notes_modules(tmp_path, 
         assert endpoint.requests[2]["messages"][-1]["content"].startswith("noted")
         run_assignment(runtime, add_assignment(runtime, device="cuda"), lambda attempt_id, device: None)
         assert "copying the input is 40% of bandwidth" in endpoint.requests[3]["messages"][1]["content"]
+    finally:
+        endpoint.close()
+        runtime.db.dispose()
+
+
+def test_a_note_is_linked_to_the_sessions_latest_evaluation(tmp_path):
+    """The planner's trimming keeps notes backed by a measured attempt: the note says which."""
+    solution = {"language": "pytorch", "files": [{"path": "main.py", "content": SOURCE}]}
+    endpoint = ScriptedEndpoint([
+        tool_call("note", {"text": "nothing measured yet"}, "call_1"),
+        tool_call("evaluate", solution, "call_2"),
+        tool_call("note", {"text": "the seed's copy of the input costs a third"}, "call_3"),
+        tool_call("submit", {}, "call_4"),
+    ])
+    runtime = Runtime(Settings(home=tmp_path, problems_dir=PROBLEMS, attempt_wait_s=0.5, model="test-model",
+                               openai_api_key="sk-test", openai_base_url=endpoint.url))
+    try:
+        run_assignment(runtime, add_assignment(runtime), lambda attempt_id, device: None)
+        with runtime.db.session() as session:
+            (attempt_id,) = session.scalars(select(AttemptRow.id)).all()
+            notes = session.execute(select(NoteRow.text, NoteRow.attempt_id).order_by(NoteRow.id)).all()
+        assert [tuple(n) for n in notes] == [("nothing measured yet", None),
+                                             ("the seed's copy of the input costs a third", attempt_id)]
     finally:
         endpoint.close()
         runtime.db.dispose()
