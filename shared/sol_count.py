@@ -188,10 +188,11 @@ class _Base:
 class _WorkRecorder(TorchDispatchMode):
     """Counts matrix and vector FLOPs and records which part of every input storage is read."""
 
-    def __init__(self, bases: dict[int, _Base], floor: Precision) -> None:
+    def __init__(self, bases: dict[int, _Base], floor: Precision, real_indices: bool = False) -> None:
         super().__init__()
         self.bases = bases
         self.floor = floor
+        self.real_indices = real_indices  # index tensors hold the problem's own values (not our zeros)
         self.matrix_flops: dict[Precision, int] = defaultdict(int)
         self.vector_flops = 0
         self.seen_quant: Precision | None = None
@@ -218,14 +219,14 @@ class _WorkRecorder(TorchDispatchMode):
         elif name not in _NO_FLOP_OPS:
             largest_input = max((t.numel() for t in inputs), default=0)
             self.vector_flops += max(sum(t.numel() for t in outputs), largest_input)
-        self._record_reads(name, inputs, outputs)
+        self._record_reads(name, inputs, outputs, args)
         return out
 
     def add_matrix(self, flops: int, operands: list[torch.Tensor]) -> None:
         precision = narrowest(_DTYPE_PRECISION.get(t.dtype) for t in operands)
         self.matrix_flops[narrowest((precision, self.floor, self.seen_quant)) or Precision.FP32] += flops
 
-    def _record_reads(self, name: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor]) -> None:
+    def _record_reads(self, name: str, inputs: list[torch.Tensor], outputs: list[torch.Tensor], args: tuple) -> None:
         produced = {_storage_key(t) for t in outputs}
         for position, tensor in enumerate(inputs):
             key = _storage_key(tensor)
@@ -234,9 +235,36 @@ class _WorkRecorder(TorchDispatchMode):
                 continue
             if name in _GATHER_OPS and position == 0:
                 gathered = sum(t.numel() * t.element_size() for t in outputs)
-                base.gathered_bytes += min(gathered, _unique_numel(tensor) * tensor.element_size())
+                touched = _touched_bytes(name, args, tensor) if self.real_indices else None
+                base.gathered_bytes += min(gathered if touched is None else touched,
+                                           _unique_numel(tensor) * tensor.element_size())
             else:
                 base.read(tensor)
+
+
+def _touched_bytes(name: str, args: tuple, source: torch.Tensor) -> int | None:
+    """The bytes of `source` a gather reads when its indices have values: the rows (elements, for
+    `take`) of the distinct indices, each once; None where that is not known (values on meta or
+    fake tensors, several index tensors, a mask)."""
+    dim: int | None = 0
+    if name == "embedding":
+        index = args[1]
+    elif name == "index_select":
+        dim, index = args[1], args[2]
+    elif name == "take":
+        dim, index = None, args[1]
+    elif name == "index" and args[1] and all(i is None for i in args[1][1:]):
+        index = args[1][0]
+    else:
+        return None
+    if not isinstance(index, torch.Tensor) or index.device.type != "cpu" or index.dtype == torch.bool:
+        return None
+    extent = source.numel() if dim is None else source.shape[dim]
+    if extent == 0:
+        return 0
+    distinct = torch.unique(index.reshape(-1) % extent).numel()  # negative indices wrap, as torch's do
+    row = 1 if dim is None else source.numel() // extent
+    return distinct * row * source.element_size()
 
 
 class _FunctionCounter(TorchFunctionMode):
@@ -415,7 +443,7 @@ def _trace(definition: Definition, workload: Workload, axes: dict[str, int], pro
     try:
         if cpu_inputs is None:
             cpu_inputs = _make_inputs(CPU, definition, workload, axes, problem_root, reference)
-        return _run_counted(definition, axes, cpu_inputs, reference, "cpu")
+        return _run_counted(definition, axes, cpu_inputs, reference, "cpu", real_indices=_indices_are_real(definition, workload))
     except Exception as error:  # noqa: BLE001 - reported with both causes
         raise SolCountError(f"cannot count on meta tensors ({meta_error}) nor on CPU "
                             f"({type(error).__name__}: {_first_line(error)})") from error
@@ -431,8 +459,16 @@ def _count_on_fake(definition: Definition, workload: Workload, axes: dict[str, i
         return _run_counted(definition, axes, inputs, reference, "fake", on_fake=True)
 
 
+def _indices_are_real(definition: Definition, workload: Workload) -> bool:
+    """Whether every integer tensor input comes from the problem (its custom maker or a data file):
+    ours are zeros, whose gathers touch one row."""
+    return all(isinstance(workload.inputs[name], (CustomInput, SafetensorsInput))
+               for name, spec in definition.inputs.items()
+               if spec.shape is not None and spec.dtype not in _SCHEMA_PRECISION and spec.dtype is not DType.BOOL)
+
+
 def _run_counted(definition: Definition, axes: dict[str, int], inputs: dict[str, Any], reference: ModuleType,
-                 counted_on: str, on_fake: bool = False) -> WorkCount:
+                 counted_on: str, on_fake: bool = False, real_indices: bool = False) -> WorkCount:
     bases: dict[int, _Base] = {}
     for name, value in inputs.items():
         if isinstance(value, torch.Tensor) and (key := _storage_key(value)) is not None:
@@ -440,7 +476,7 @@ def _run_counted(definition: Definition, axes: dict[str, int], inputs: dict[str,
                                                value.dtype == torch.bool))
             base.names.append(name)
     floor = input_precision(definition)
-    recorder = _WorkRecorder(bases, floor)
+    recorder = _WorkRecorder(bases, floor, real_indices)
     with torch.no_grad(), _FunctionCounter(recorder, on_fake), recorder:
         result = reference.run(*inputs.values())
     for tensor in pytree.tree_leaves(result):  # an output that is a view of an input: a kernel reads what it copies

@@ -8,7 +8,7 @@ import pytest
 
 from shared.errors import FormatError
 from shared.hardware import B200_SOLAR_1500MHZ
-from shared.schema import Definition, parse_model
+from shared.schema import Definition, Workload, parse_model
 from shared.sol import SolMode, estimate
 from shared.sol_count import count_work
 from tests.shared.test_sol import GPU, define, random_workload
@@ -126,3 +126,32 @@ def test_a_reference_that_makes_cuda_tensors_is_counted_on_fake_cuda_tensors_wit
     work = count_work(definition, random_workload(definition, n=256), cpu_budget_bytes=0)  # no real values
     assert work.counted_on == "fake"
     assert work.total_matrix_flops == 2 * 256**3 and work.bytes_moved == 2 * 2 * 256 * 256
+
+
+REPEATED_IDS = ("import torch\n\ndef make_inputs(axes, device):\n"
+                "    ids = torch.arange(axes['N'], device=device) % 4  # 64 lookups of 4 distinct rows\n"
+                "    return {'i': ids, 't': torch.randn(axes['V'], axes['D'], device=device)}\n\n"
+                "def run(i, t):\n{check}    return torch.nn.functional.embedding(i, t)\n")
+
+
+@pytest.mark.parametrize(("check", "rows", "counted_on"), [
+    ("", 64, "meta"),  # no values: every lookup may be a row of its own
+    ("    assert i.max().item() < t.shape[0]\n", 4, "cpu"),  # the problem's own ids: 4 distinct rows
+])
+def test_with_the_problems_own_index_values_a_gather_reads_each_distinct_row_once(check, rows, counted_on):
+    definition = define({"V": V, "D": D, "N": 64}, {"i": (["N"], "int64"), "t": (["V", "D"], "float32")},
+                        {"y": (["N", "D"], "float32")}, REPEATED_IDS.replace("{check}", check),
+                        custom_inputs_entrypoint="make_inputs")
+    workload = Workload.model_validate({"uuid": "w", "axes": {}, "inputs": {"i": {"type": "custom"},
+                                                                          "t": {"type": "custom"}}})
+    work = count_work(definition, workload)
+    assert work.counted_on == counted_on
+    assert work.read_bytes == rows * ROW_BYTES + 64 * 8
+
+
+def test_our_own_zero_indices_do_not_shrink_a_gather():
+    """Random integer inputs are zeros on the CPU: every lookup would hit row 0, which is not what
+    the evaluator's inputs do, so the gather keeps its output's size."""
+    definition = gather("torch.index_select(t, 0, i) * i.sum().item()", ["N", "D"])
+    work = count_work(definition, random_workload(definition))
+    assert work.counted_on == "cpu" and work.read_bytes == N * ROW_BYTES + INDEX_BYTES
