@@ -73,6 +73,7 @@ class RedisServer:
             self.process = subprocess.Popen(
                 [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                  "--dir", str(self.workdir)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,  # a terminal's Ctrl-C reaches `up` alone, which stops Redis last
                 preexec_fn=die_with_parent())
 
     def _start(self) -> None:

@@ -165,3 +165,16 @@ def test_up_stops_with_a_non_zero_exit_code_when_a_process_keeps_exiting(tmp_pat
     assert "worker (pid" in stderr and "exited with code 3; starting it again now, restart 1 of 5" in stderr
     assert "exited with code 3; starting it again in 0.01 s, restart 2 of 5" in stderr  # then 0.02 s, ...
     assert "exited with code 3, after 5 restarts within 10 min: not starting it again; stopping" in stderr
+
+
+def test_redis_is_out_of_the_terminals_reach(tmp_path):
+    """A terminal's Ctrl-C goes to its foreground process group. Redis runs in a session of its own
+    (as the services do, `Services._start`), so the Ctrl-C reaches `up` alone, which pauses the
+    campaign, lets the attempts in flight finish and stops Redis last; a Redis killed by the Ctrl-C
+    first left every worker without its broker while `up` drained."""
+    server = RedisServer(tmp_path / "redis")
+    try:
+        assert os.getpgid(server.process.pid) != os.getpgid(0)
+        assert os.getsid(server.process.pid) == server.process.pid
+    finally:
+        server.stop()
