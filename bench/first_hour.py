@@ -4,6 +4,12 @@ time of each line, screenshots of the site at each step (headless Chromium), and
 
     python bench/first_hour.py --minutes 20 --again-minutes 4 --out docs/results/first-hour
 
+With `--again-with-scripted-llm` the second run has an LLM writer: OPENAI_BASE_URL points at a
+scripted OpenAI-compatible server of this script's (no model behind it), whose every session
+evaluates the problem's own reference as a `pytorch` solution, then submits. It shows what the
+continuous campaign does when a writer that can do more arrives: the problems the tuner exhausted,
+the submitted one included, get writers again.
+
 Needs git, make, chromium and chromedriver (Debian's), and Python with selenium (`make setup`'s
 virtualenv has it). Everything runs in a clone under --workdir; nothing of this checkout is used
 but its committed files.
@@ -50,7 +56,8 @@ class Run:
         self.log = log.open("a")
         self.log.write(f"===== {label}: `make run` in a fresh clone ({time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())})\n")
         self.process = subprocess.Popen(["make", "run"], cwd=clone, env=env, stdout=subprocess.PIPE,
-                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                        stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                        preexec_fn=interactive_sigint)
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -80,6 +87,49 @@ class Run:
         self.log.write(f"[{self.elapsed():7.1f}] ----- exit code {code}\n")
         self.log.close()
         return code
+
+
+def interactive_sigint() -> None:
+    """SIGINT as a terminal's shell leaves it (default), not as a background job's (ignored)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class ScriptedWriter:
+    """A stand-in for an LLM endpoint: a request that ends with a tool's answer gets `submit`; any
+    other gets `evaluate` with the problem's reference (read from the brief) as a `pytorch` solution.
+    Answers whole JSON replies (the client falls back from streaming once)."""
+
+    def __init__(self) -> None:
+        from werkzeug.serving import make_server
+
+        self.requests = 0
+        self.server = make_server("127.0.0.1", 0, self._app, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def _app(self, environ, start_response):
+        from werkzeug.wrappers import Request, Response
+
+        body = json.loads(Request(environ).get_data())
+        self.requests += 1
+        messages = body["messages"]
+        if messages[-1]["role"] == "tool":
+            call = {"name": "submit", "arguments": "{}"}
+        else:
+            brief = next(m["content"] for m in messages if m["role"] == "user")
+            found = re.search(r"## Reference\n```python\n(.*?)```", brief, re.DOTALL)
+            call = {"name": "evaluate", "arguments": json.dumps({
+                "language": "pytorch", "entry_point": "main.py::run", "destination_passing_style": False,
+                "files": [{"path": "main.py", "content": found.group(1) if found else "def run():\n    pass\n"}]})}
+        reply = {"id": f"s{self.requests}", "object": "chat.completion", "created": 0, "model": body["model"],
+                 "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                     "role": "assistant", "content": None,
+                     "tool_calls": [{"id": f"call_{self.requests}", "type": "function", "function": call}]}}],
+                 "usage": {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}}
+        return Response(json.dumps(reply), content_type="application/json")(environ, start_response)
+
+    def close(self) -> None:
+        self.server.shutdown()
 
 
 def free_port() -> int:
@@ -147,6 +197,8 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=20.0, help="the first run's length (default 20)")
     parser.add_argument("--again-minutes", type=float, default=4.0, help="the second run's length (default 4)")
     parser.add_argument("--submit-after-s", type=float, default=180.0, help="when the problem is submitted")
+    parser.add_argument("--again-with-scripted-llm", action="store_true",
+                        help="the second run's writers talk to a scripted OpenAI-compatible server (see above)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/kernelswarm-first-hour"))
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "results" / "first-hour")
     args = parser.parse_args()
@@ -209,7 +261,12 @@ def main() -> int:
     finally:
         summary["first_exit"] = first.ctrl_c()
 
-    again = Run(clone, env, console, "second run")
+    writer = None
+    if args.again_with_scripted_llm:
+        writer = ScriptedWriter()
+        env = env | {"OPENAI_API_KEY": "sk-scripted", "OPENAI_BASE_URL": writer.url,
+                     "KERNELSWARM_MODEL": "scripted-reference-writer"}
+    again = Run(clone, env, console, "second run" + (" (a scripted LLM writer)" if writer else ""))
     try:
         while not answers(url) and again.process.poll() is None:
             time.sleep(2)
@@ -218,9 +275,15 @@ def main() -> int:
         while again.elapsed() < args.again_minutes * 60 and again.process.poll() is None:
             time.sleep(10)
         browser.shot(url + "/", "8-leaderboard-second-run")
+        browser.shot(url + f"/problems/{PROBLEM['name']}", "9-submitted-problem-second-run")
         summary["again_board"] = leaderboard(url).get("summary")
+        summary["submitted_attempts_after_second_run"] = [
+            (a["status"], a.get("author"), a.get("model")) for a in problem_attempts(url, PROBLEM["name"])]
     finally:
         summary["again_exit"] = again.ctrl_c()
+        if writer is not None:
+            summary["scripted_writer_requests"] = writer.requests
+            writer.close()
         if browser is not None:
             summary["screenshots"] = browser.taken
             browser.close()
