@@ -23,7 +23,8 @@ from pathlib import Path
 from services.evaluator.harness.timing import host_clock_floor_ms
 from shared.hardware import HardwareSpec, UnknownHardwareError, lookup
 from shared.schema import Definition, SolScore, Workload
-from shared.sol import SolCountError, baseline_ms, count_work, estimate, hack_floor_ms, sol_score
+from shared.sol import SolCountError, baseline_ms, estimate, hack_floor_ms, sol_score
+from shared.sol_bounded import CountLimits, SolUnknownError, count_workloads
 from shared.sol_count import WorkCount
 
 log = logging.getLogger(__name__)
@@ -44,35 +45,61 @@ def hardware_for(device_name: str) -> HardwareSpec | None:
 
 _COUNTED: dict[tuple[str, str], Future] = {}
 MAX_COUNTED = 4096
-# One thread counts, ahead of the scoring: the first count of a process imports torch's tracing
-# machinery (about 1.5 s on a CPU, 3.4 s of the first attempt's checks on the H200, 2026-12-03) and
-# a problem with custom inputs runs its reference on the CPU, while the evaluator only waits for
-# its children.
+# One thread counts, ahead of the scoring, in a child with a memory and a time limit
+# (`shared.sol_bounded`: one child for the workloads of an attempt not counted yet): a problem with
+# custom inputs runs its reference on the CPU with real values, which must not take the evaluator's
+# memory or time (SOL-ExecBench's quantisation references took 22 GB in-process), while the
+# evaluator only waits for its children. A workload past the limits has no T_sol.
 _COUNTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sol-count")
 _LOCK = threading.Lock()
+COUNT_LIMITS = CountLimits()  # the settings' sol_count_memory_mb and sol_count_time_s, at their defaults
 
 
-def _future(definition: Definition, workload: Workload, problem_root: Path | None) -> Future:
-    key = (hashlib.sha256(definition.model_dump_json().encode()).hexdigest(), workload.model_dump_json())
-    with _LOCK:
-        if key not in _COUNTED:
-            if len(_COUNTED) >= MAX_COUNTED:
-                _COUNTED.clear()
-            _COUNTED[key] = _COUNTER.submit(count_work, definition, workload, problem_root)
-        return _COUNTED[key]
+def _key(definition: Definition, workload: Workload) -> tuple[str, str]:
+    return hashlib.sha256(definition.model_dump_json().encode()).hexdigest(), workload.model_dump_json()
 
 
 def count_ahead(definition: Definition, workloads: list[Workload], problem_root: Path | None) -> None:
     """Starts counting the workloads' work in the background (`score_workload` waits for it)."""
-    for workload in workloads:
-        _future(definition, workload, problem_root)
+    _futures(definition, workloads, problem_root)
+
+
+def _futures(definition: Definition, workloads: list[Workload], problem_root: Path | None) -> list[Future]:
+    """The workloads' counts, those not asked for before submitted to one bounded child."""
+    keys = [_key(definition, w) for w in workloads]
+    with _LOCK:
+        if len(_COUNTED) + len(keys) > MAX_COUNTED:
+            _COUNTED.clear()
+        new = {key: w for key, w in zip(keys, workloads) if key not in _COUNTED}
+        fresh = {key: Future() for key in new}
+        _COUNTED.update(fresh)
+        futures = [_COUNTED[key] for key in keys]
+    if new:
+        _COUNTER.submit(_count_into, definition, list(new.values()), problem_root, list(fresh.values()))
+    return futures
+
+
+def _count_into(definition: Definition, workloads: list[Workload], problem_root: Path | None,
+                futures: list[Future]) -> None:
+    try:
+        counted = count_workloads(definition, workloads, problem_root, limits=COUNT_LIMITS)
+    except BaseException as error:  # the futures' waiters get it; nothing is swallowed
+        for future in futures:
+            future.set_exception(error)
+        raise
+    for count, future in zip(counted, futures, strict=True):
+        if count.work is None:
+            future.set_exception(SolUnknownError(count.message or "not counted", count.reason))
+        else:
+            future.set_result(count.work)
 
 
 def _counted(definition: Definition, workload: Workload, problem_root: Path | None) -> WorkCount:
-    """count_work, remembered per (definition, workload): counting can run the reference on the
-    CPU (custom inputs), which must not be paid again on every attempt. A count that failed
-    (SolCountError) is remembered too."""
-    return _future(definition, workload, problem_root).result()
+    """The workload's count, remembered per (definition, workload): counting can run the reference
+    on the CPU (custom inputs), which must not be paid again on every attempt. A count that failed
+    (SolCountError, SolUnknownError past the limits) is remembered too."""
+    [future] = _futures(definition, [workload], problem_root)
+    return future.result()
 
 
 def score_workload(definition: Definition, workload: Workload, problem_root: Path | None,

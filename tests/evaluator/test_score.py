@@ -12,6 +12,7 @@ from services.evaluator.harness import timing
 from services.evaluator.evaluate import evaluate
 from shared.hardware import lookup
 from shared.schema import Status
+from shared.sol_bounded import Counted, UnknownReason
 
 AFFINE = "import torch\n\ndef run(x, w, b, y):\n    y.copy_(x * w + b)\n"
 
@@ -56,15 +57,14 @@ def test_the_counts_start_with_the_attempt_and_are_kept(problem, monkeypatch):
     """T_sol's counts run in the background from the attempt's start (not in its checks), once per
     (definition, workload) for the process; a failed count is kept and gives no SOL block."""
     counted = []
-    real = score.count_work
+    real = score.count_workloads
 
-    def counting(definition, workload, root):
-        counted.append(workload.uuid)
-        if workload.uuid == problem.workloads[1].uuid:
-            raise score.SolCountError("not countable")
-        return real(definition, workload, root)
+    def counting(definition, workloads, root, **limits):
+        counted.extend(w.uuid for w in workloads)
+        return [Counted(c.uuid, None, UnknownReason.COUNT, "not countable") if c.uuid == problem.workloads[1].uuid
+                else c for c in real(definition, workloads, root, **limits)]
 
-    monkeypatch.setattr(score, "count_work", counting)
+    monkeypatch.setattr(score, "count_workloads", counting)
     monkeypatch.setattr(score, "_COUNTED", {})
     config = dataclasses.replace(FAST, hardware=lookup("NVIDIA H200"))
     progress = []
