@@ -39,6 +39,10 @@ DEFAULT_MEMORY_MB = 6144
 DEFAULT_TIME_S = 120.0
 GRACE_S = 10.0  # past the child's own alarm, before the hard kill
 STDERR_TAIL = 2000
+# The child runs a problem's reference, which may have come through the submit form: it gets no
+# settings, keys or URLs of this process, only what Python and torch need to start.
+_PASSED_ENV = frozenset({"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "HOME",
+                         "OMP_NUM_THREADS", "MKL_NUM_THREADS"})
 
 
 class UnknownReason(str, Enum):
@@ -115,7 +119,7 @@ def _run_child(definition: Definition, workloads: list[Workload], problem_root: 
         "problem_root": str(Path(problem_root).resolve()) if problem_root is not None else None,
         "use_formulas": use_formulas, "time_s": limits.time_s, "cpu_budget_bytes": limits.cpu_budget_bytes,
     })
-    env = dict(os.environ, KERNELSWARM_SOL_CHILD_MEMORY_MB=str(limits.memory_mb))
+    env = {k: v for k, v in os.environ.items() if k in _PASSED_ENV} | {"KERNELSWARM_SOL_CHILD_MEMORY_MB": str(limits.memory_mb)}
     with tempfile.TemporaryFile() as stderr:
         child = subprocess.Popen([sys.executable, "-m", "shared.sol_child"], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=True)

@@ -87,3 +87,13 @@ def test_kernelswarm_sol_shows_unknown_with_the_reason(tmp_path: Path, capsys: p
     assert main(["sol", str(folder), "--memory-mb", "2048", "--json"]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert row["t_sol_ms"] is None and row["unknown"] == "memory" and "2048 MiB" in row["error"]
+
+
+def test_the_child_sees_none_of_this_processs_settings_or_keys(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("KERNELSWARM_DATABASE_URL", "postgresql://user:pw@db/ks")
+    spy = define({"n": None}, {"x": (["n"], "float32")}, {"y": (["n"], "float32")},
+                 "import os\n\ndef run(x):\n    leaked = [k for k in os.environ if 'OPENAI' in k or 'DATABASE' in k]\n"
+                 "    assert not leaked, leaked\n    return x * 2\n")
+    [counted] = count_workloads(spy, [random_workload(spy, n=4)], limits=SMALL)
+    assert counted.work is not None, counted.message
