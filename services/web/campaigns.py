@@ -34,6 +34,8 @@ def control(db: Database, campaign_id: int, action: str, send_tick: SendTick | N
         if campaign.status not in (before, after):
             raise ConflictError(f"campaign {campaign_id} is {campaign.status}: it cannot be {action}d")
         changed = campaign.status == before
+        if changed:
+            campaign.status_reason = "paused on the web" if after == PAUSED else None
         campaign.status = after
     if changed and after == RUNNING and send_tick is not None:  # after the commit: the tick reads RUNNING
         send_tick(campaign_id)

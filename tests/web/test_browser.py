@@ -296,7 +296,35 @@ def test_status_shows_the_queue_and_pauses_the_campaign(site, browser, shots):
     assert browser.find_element(By.ID, f"resume-{site.demo.campaign_id}")
     with site.db.session() as session:
         assert session.get(CampaignRow, site.demo.campaign_id).status == "PAUSED"
+    row = browser.find_element(By.ID, f"campaign-{site.demo.campaign_id}")
+    assert "paused on the web" in row.text  # why, beside the status
     screenshot(browser, shots, "status")
+    browser.find_element(By.ID, f"resume-{site.demo.campaign_id}").click()
+    wait(browser, lambda d: "is RUNNING" in d.find_element(By.CSS_SELECTOR, ".flash").text)
+    assert "paused on the web" not in browser.find_element(By.ID, f"campaign-{site.demo.campaign_id}").text
+
+
+def test_status_says_why_a_campaign_is_idle_or_stopped(site, browser):
+    """The states of a campaign's lifecycle, each with its reason: idle (a continuous campaign
+    whose problems are all retired, still RUNNING) and stopped (a budget)."""
+    with site.db.session() as session:
+        idle = CampaignRow(name="local continuous", status="RUNNING", device="cpu", continuous=True,
+                           status_reason="idle: every problem retired (5)")
+        ended = CampaignRow(name="nightly", status="STOPPED", device="h200", status_reason="token budget spent")
+        session.add_all([idle, ended])
+        session.flush()
+        ids = idle.id, ended.id
+    try:
+        browser.get(site.url + "/status")
+        idle_row = browser.find_element(By.ID, f"campaign-{ids[0]}").text
+        ended_row = browser.find_element(By.ID, f"campaign-{ids[1]}").text
+        assert "RUNNING" in idle_row and "idle: every problem retired (5)" in idle_row
+        assert "STOPPED" in ended_row and "token budget spent" in ended_row
+        assert not csp_violations(browser)
+    finally:
+        with site.db.session() as session:
+            for campaign_id in ids:
+                session.delete(session.get(CampaignRow, campaign_id))
 
 
 def _paste(driver, field: str, text: str) -> None:
