@@ -23,6 +23,7 @@ from shared.schema import (
     SolScore,
     Solution,
     Status,
+    Timing,
     Trace,
     load_problem,
 )
@@ -141,6 +142,14 @@ def _passed(attempt: AttemptRow, ceilings: _Ceilings, quality: float, rng: rando
     return list(zip(latencies, ceilings.eager, ceilings.t_sol, ceilings.t_base, scores))
 
 
+def _timing(figures) -> Timing:
+    """Interquartile intervals of a few percent around each median, as timed runs on a GPU give."""
+    latency, reference = figures[0], figures[1]
+    return Timing(median_ms=latency, min_ms=latency * 0.97, max_ms=latency * 1.08, runs=200,
+                  q1_ms=latency * 0.99, q3_ms=latency * 1.02, reference_q1_ms=reference * 0.99,
+                  reference_q3_ms=reference * 1.03)
+
+
 def _trace(problem: Problem, workload, status: str, figures, at: datetime, attempt: AttemptRow,
            campaign_id: int) -> Trace:
     passed = figures is not None
@@ -153,6 +162,7 @@ def _trace(problem: Problem, workload, status: str, figures, at: datetime, attem
                                 speedup_factor=figures[1] / figures[0]) if passed else None,
         sol=SolScore(t_sol_ms=figures[2], t_baseline_ms=figures[3], score=figures[4], bound="memory",
                      hardware="H200") if passed else None,
+        timing=_timing(figures) if passed else None,
     )
     info = AttemptInfo(campaign=str(campaign_id), worker=attempt.worker, model=attempt.model,
                        tokens=attempt.tokens, gpu_seconds=attempt.gpu_seconds)
