@@ -74,7 +74,8 @@ def run_up(settings: Settings, duration_s: float | None, new_campaign: bool = Fa
         out.print("stopping (Ctrl-C)")
     finally:
         signal.signal(signal.SIGTERM, previous)
-        pause_campaign(db, campaign_id, PAUSED_BY_UP)
+        if _state(db, campaign_id)[0] != STOPPED:  # stopped meanwhile (`campaign stop`): it stays so
+            pause_campaign(db, campaign_id, PAUSED_BY_UP)
         _drain(db, campaign_id, started_at, services, out)
         services.stop()
         if web is not None:
