@@ -178,15 +178,46 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise_user("--max-workloads must be at least 1")
     with err.status("evaluating") as status:
         config = EvalConfig.from_settings(settings, build_cache=open_store(settings))
-        config = dataclasses.replace(config, measure_compile=config.device.startswith("cuda"))
+        measure_compile = config.device.startswith("cuda")
+        baselines = _BaselineCache(settings, problem, config.device) if measure_compile else None
+        config = dataclasses.replace(config, measure_compile=measure_compile,
+                                     compile_baselines=baselines.cached if baselines else config.compile_baselines)
         result = evaluate(problem, solution, config, args.max_workloads,
                           progress=lambda message: status.update(f"{solution.name}: {message}"))
+        if baselines is not None:
+            baselines.store(result.compile_ms)
     err.print(_traces_table(problem.name, solution.name, result))
     if args.output:
         args.output.write_bytes(result.traces_jsonl())
     if args.json:
         sys.stdout.write(result.traces_jsonl().decode())
     return 0 if result.status.value == "PASSED" else 1
+
+
+class _BaselineCache:
+    """The reference's torch.compile time per workload on this GPU kind, kept in the home's DB (the
+    `baselines` table the evaluators fill) so that a second `eval` of the problem does not compile
+    and time the reference again. Keyed by problem name, workload uuid and GPU name."""
+
+    def __init__(self, settings: Settings, problem, device: str) -> None:
+        from services.evaluator.evaluate import environment
+        from services.evaluator.record import compile_baselines
+        from shared.db import Database
+        from shared.repository import upsert_problem
+
+        self.db, self.hardware = Database(settings.db_url), environment(device).hardware
+        with self.db.session() as session:
+            self.problem_id = upsert_problem(session, problem).id
+        self.cached = compile_baselines(self.db, self.problem_id, self.hardware)
+        if self.cached:
+            err.print(f"torch.compile baselines of {len(self.cached)} workloads from {settings.db_url} "
+                      f"({self.hardware}): not measured again", highlight=False)
+
+    def store(self, measured: dict) -> None:
+        from services.evaluator.record import store_compile_baselines
+
+        store_compile_baselines(self.db, self.problem_id, self.hardware, measured, self.cached)
+        self.db.dispose()
 
 
 def _traces_table(problem: str, solution: str, result, width: int | None = None) -> Table:

@@ -86,7 +86,7 @@ def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, p
     solution = get_solution(store, solution_hash)
     log.info("evaluating attempt=%s problem=%s solution=%s", attempt_id, problem.name, solution_hash[:12])
     hardware = environment(device).hardware
-    cached = _compile_baselines(db, problem_id, hardware)
+    cached = compile_baselines(db, problem_id, hardware)
     config = dataclasses.replace(_config(runtime, device, hardware), compile_baselines=cached,
                                  measure_compile=device.startswith("cuda") and len(cached) < len(problem.workloads))
     result = evaluate(problem, solution, config, attempt=info)
@@ -119,7 +119,7 @@ def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, p
                                  sol_score=sol.score if sol else None,
                                  trace_json=trace.model_dump_json(exclude_none=True)))
         status = attempt.status
-    _store_compile_baselines(db, problem_id, hardware, result.compile_ms, cached)
+    store_compile_baselines(db, problem_id, hardware, result.compile_ms, cached)
     log.info("attempt=%s status=%s speedup=%s", attempt_id, status, result.speedup)
     return status
 
@@ -223,7 +223,7 @@ def recover(runtime: Runtime, evaluator: str, send: Callable[[str, str], None]) 
     return [r.id for r in rows]
 
 
-def _compile_baselines(db: Database, problem_id: int, hardware: str) -> dict[str, float | None]:
+def compile_baselines(db: Database, problem_id: int, hardware: str) -> dict[str, float | None]:
     """torch.compile times already measured for this problem on this hardware, by workload uuid
     (None where the reference did not compile: it is not tried again)."""
     with db.session() as session:
@@ -232,7 +232,7 @@ def _compile_baselines(db: Database, problem_id: int, hardware: str) -> dict[str
         return {r.workload_uuid: r.compile_ms for r in rows}
 
 
-def _store_compile_baselines(db: Database, problem_id: int, hardware: str, measured: dict[str, float | None],
+def store_compile_baselines(db: Database, problem_id: int, hardware: str, measured: dict[str, float | None],
                              cached: dict[str, float | None]) -> None:
     """Once per (problem, workload, hardware); another evaluator may have stored it meanwhile."""
     for uuid, compile_ms in measured.items():

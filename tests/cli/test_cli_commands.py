@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from kernelswarm.cli import main
-from shared.schema import Status, Trace
+from shared.schema import Status, Trace, load_problem
+from shared.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 PROBLEMS = REPO / "problems"
@@ -311,3 +312,22 @@ def test_validate_refuses_a_workload_over_the_size_budget_naming_its_tensors(tmp
     assert "`x` 8,589,934,592 bytes (8.00 GiB)" in text and "`y` 8,589,934,592 bytes" in text
     raised = kernelswarm("problems", "validate", folder, KERNELSWARM_MAX_WORKLOAD_BYTES=str(32 << 30))
     assert raised.code == 0, raised.stderr
+
+
+def test_eval_keeps_the_references_compile_baselines_in_the_homes_db(tmp_path, capsys):
+    """On a GPU `eval` measures T_b's torch.compile half once per (problem, workload, GPU kind); the
+    next `eval` of the problem reads it from the home's DB (here the plumbing, on the CPU's name)."""
+    from kernelswarm.cli import _BaselineCache
+
+    settings = Settings(home=tmp_path)
+    problem = load_problem(RMSNORM, with_seeds=False)
+    first = _BaselineCache(settings, problem, "cpu")
+    assert first.cached == {}
+    first.store({problem.workloads[0].uuid: 1.25, problem.workloads[1].uuid: None})  # None: did not compile
+    assert "not measured again" not in capsys.readouterr().err
+
+    again = _BaselineCache(settings, problem, "cpu")
+    assert again.cached == {problem.workloads[0].uuid: 1.25, problem.workloads[1].uuid: None}
+    assert "torch.compile baselines of 2 workloads" in " ".join(capsys.readouterr().err.split())
+    again.store({problem.workloads[0].uuid: 9.0})  # measured again by mistake: the first figure stays
+    assert _BaselineCache(settings, problem, "cpu").cached[problem.workloads[0].uuid] == 1.25

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.evaluator.record import _compile_baselines, _store_compile_baselines
+from services.evaluator.record import compile_baselines, store_compile_baselines
 from shared.db import Database, ProblemRow
 
 
@@ -13,12 +13,12 @@ def test_compile_baselines_are_cached_once(tmp_path):
         session.add(problem)
         session.flush()
         problem_id = problem.id
-    assert _compile_baselines(db, problem_id, "NVIDIA H200") == {}
-    _store_compile_baselines(db, problem_id, "NVIDIA H200", {"w1": 0.5, "w2": None}, {})
-    cached = _compile_baselines(db, problem_id, "NVIDIA H200")
+    assert compile_baselines(db, problem_id, "NVIDIA H200") == {}
+    store_compile_baselines(db, problem_id, "NVIDIA H200", {"w1": 0.5, "w2": None}, {})
+    cached = compile_baselines(db, problem_id, "NVIDIA H200")
     assert cached == {"w1": 0.5, "w2": None}  # a reference that did not compile is not tried again
     # A second evaluator that measured the same workload meanwhile does not fail the attempt.
-    _store_compile_baselines(db, problem_id, "NVIDIA H200", {"w1": 0.7}, {})
-    assert _compile_baselines(db, problem_id, "NVIDIA H200")["w1"] == 0.5
-    assert _compile_baselines(db, problem_id, "NVIDIA B200") == {}
+    store_compile_baselines(db, problem_id, "NVIDIA H200", {"w1": 0.7}, {})
+    assert compile_baselines(db, problem_id, "NVIDIA H200")["w1"] == 0.5
+    assert compile_baselines(db, problem_id, "NVIDIA B200") == {}
     db.dispose()
