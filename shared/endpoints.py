@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from shared.errors import EndpointError
+from shared.health import push_capped
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +36,7 @@ def record_endpoint_error(client: redis.Redis, error: Exception, model: str, ass
              "fatal": isinstance(error, EndpointError), "model": model, "assignment": assignment_id,
              "message": str(error)[:MESSAGE_CHARS]}
     try:
-        with client.pipeline(transaction=True) as pipe:
-            pipe.lpush(KEY, json.dumps(entry))
-            pipe.ltrim(KEY, 0, KEPT - 1)
-            pipe.expire(KEY, TTL_S)
-            pipe.execute()
+        push_capped(client, KEY, entry, KEPT, TTL_S)
     except redis.RedisError as failure:
         log.warning("could not record the LLM endpoint error %r: %r", error, failure)
 

@@ -27,15 +27,20 @@ def record_fault(client: redis.Redis, evaluator: str, attempt_id: str, error: Ba
     """Best effort: a Redis that is down itself is logged, never raised (the retry goes on)."""
     entry = {"at": (now or datetime.now(timezone.utc)).isoformat(), "attempt": attempt_id,
              "kind": type(error).__name__, "message": str(error)[:MESSAGE_CHARS]}
-    key = PREFIX + evaluator
     try:
-        with client.pipeline(transaction=True) as pipe:
-            pipe.lpush(key, json.dumps(entry))
-            pipe.ltrim(key, 0, KEPT - 1)
-            pipe.expire(key, TTL_S)
-            pipe.execute()
+        push_capped(client, PREFIX + evaluator, entry, KEPT, TTL_S)
     except redis.RedisError as failure:
         log.warning("could not record evaluator %s's fault on attempt %s: %r", evaluator, attempt_id, failure)
+
+
+def push_capped(client: redis.Redis, key: str, entry: dict[str, Any], kept: int, ttl_s: int) -> None:
+    """`entry` first in the list at `key`, which keeps the latest `kept` and expires `ttl_s` after
+    the last push: one transaction."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.lpush(key, json.dumps(entry))
+        pipe.ltrim(key, 0, kept - 1)
+        pipe.expire(key, ttl_s)
+        pipe.execute()
 
 
 def evaluator_faults(client: redis.Redis, now: datetime | None = None) -> list[dict[str, Any]]:

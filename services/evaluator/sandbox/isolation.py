@@ -228,7 +228,7 @@ class StartedChild:
         return self.process.poll() is None
 
     def kill(self) -> None:
-        _kill_group(self.process)
+        kill_group(self.process)
         if self.cgroup is not None:
             self.cgroup.remove()
         self.channel.close()
@@ -379,7 +379,7 @@ def finish_child(child: StartedChild, job: str, timeout_s: float, progress: Path
                 continue
     finally:
         if not kept:
-            _kill_group(child.process)
+            kill_group(child.process)
     exceeded = None
     if not kept and child.cgroup is not None:
         exceeded = child.cgroup.limit_bytes if child.cgroup.oom_killed() else None
@@ -395,7 +395,7 @@ def _mtime(path: Path | None) -> int | None:
         return None
 
 
-def _kill_group(process: subprocess.Popen) -> None:
+def kill_group(process: subprocess.Popen) -> None:
     """Kill the child and anything it started; reap it."""
     try:
         os.killpg(process.pid, signal.SIGKILL)

@@ -32,7 +32,7 @@ from services.evaluator.config import EvalConfig
 from services.evaluator.evaluate import AttemptResult, evaluate, scratch_root
 from services.evaluator.sandbox.confine import CLONE_NEWNET, LIMITS, set_limit
 from services.evaluator.sandbox.fsview import SCRATCH_MOUNTS, encoded_view, private_view
-from services.evaluator.sandbox.isolation import candidate_view, scrubbed_env, shared_folders
+from services.evaluator.sandbox.isolation import candidate_view, kill_group, scrubbed_env, shared_folders
 from services.evaluator.scratch import make_folder
 from services.evaluator.tools import ncu
 from services.evaluator.tools.target import ProfileJob
@@ -173,7 +173,7 @@ def _run_ncu(folder: Path, problem: Problem, solution: Solution, config: EvalCon
         except subprocess.TimeoutExpired:
             code = None
         finally:
-            _kill_group(process)
+            kill_group(process)
     text = log_file.read_text(errors="replace") if log_file.exists() else ""
     tail = _tail(console.read_text(errors="replace") + "\n" + text)
     if code is None:
@@ -217,14 +217,6 @@ def _confinement(view: tuple[tuple[bytes, bool], ...], lib):
 def _loopback_up() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as handle:
         fcntl.ioctl(handle, SIOCSIFFLAGS, struct.pack("16sh", b"lo", IFF_UP | IFF_LOOPBACK | IFF_RUNNING))
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
 
 
 def _tail(text: str) -> str:
