@@ -488,15 +488,25 @@ def cmd_campaign_list(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([asdict(s) for s in summaries], indent=2, default=str))
         return 0
+    console = Console()
+    wide = console.width >= 120  # below, the policy, writers, budgets and creation time are left out (--json)
+    columns = ["id", "name", "status", *(["policy"] if wide else []), "device", *(["writers"] if wide else []),
+               "problems", "active", "attempts", *(["GPU s", "tokens", "wall", "created"] if wide else [])]
     table = Table(title="campaigns")
-    for column in ("id", "name", "status", "policy", "device", "writers", "problems", "active", "attempts",
-                   "GPU s", "tokens", "wall", "created"):
+    for column in columns:
         table.add_column(column, overflow="fold")
     for s in summaries:
-        table.add_row(str(s.id), s.name, s.status, s.policy, s.device, str(s.writers), str(s.problems),
-                      str(s.active_assignments), _of(s.attempts, s.budgets.attempts), _of(s.gpu_s, s.budgets.gpu_s),
-                      _of(s.tokens, s.budgets.tokens), _of(None, s.budgets.wall_s), f"{s.created_at:%Y-%m-%d %H:%M}")
-    Console().print(table)
+        status = s.status + (f" ({s.status_reason})" if s.status_reason and not wide else "")
+        cells = {"id": str(s.id), "name": s.name, "status": status, "policy": s.policy, "device": s.device,
+                 "writers": str(s.writers), "problems": str(s.problems), "active": str(s.active_assignments),
+                 "attempts": _of(s.attempts, s.budgets.attempts), "GPU s": _of(s.gpu_s, s.budgets.gpu_s),
+                 "tokens": _of(s.tokens, s.budgets.tokens), "wall": _of(None, s.budgets.wall_s),
+                 "created": f"{s.created_at:%Y-%m-%d %H:%M}"}
+        table.add_row(*(cells[c] for c in columns))
+    console.print(table)
+    for s in summaries:
+        if s.status_reason and wide:
+            console.print(f"campaign {s.id}: {s.status_reason}", highlight=False)
     return 0
 
 

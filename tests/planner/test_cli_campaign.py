@@ -51,8 +51,14 @@ def test_create_over_the_library_with_budgets_then_list(capsys):
         "night", "RUNNING", "round_robin", 4, shipped)
     assert campaign["budgets"] == {"attempts": 40, "gpu_s": 3600.0, "tokens": None, "wall_s": 7200.0}
 
-    code, out, _ = run(capsys, "campaign", "list")
-    assert code == 0 and "night" in out and "0 / 40" in out
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COLUMNS", "200")
+        code, out, _ = run(capsys, "campaign", "list")
+        assert code == 0 and "night" in out and "0 / 40" in out and "7200" in out
+        patch.setenv("COLUMNS", "80")
+        code, out, _ = run(capsys, "campaign", "list")
+    assert code == 0 and "night" in out and "0 / 40" in out and "7200" not in out  # the wall budget left out
+    assert max(len(line) for line in out.splitlines()) <= 80
 
 
 def test_create_names_problems_and_rejects_unknown_ones(capsys):
