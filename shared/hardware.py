@@ -159,8 +159,12 @@ class HardwareSpec:
         measured = {as_precision(k): float(v) for k, v in tflops_by_dtype.items() if v}
         if Precision.FP32 not in measured:
             raise ValueError(f"a measured row for {name} needs an fp32 rate, not only {sorted(measured)}")
-        peaks = Peaks(fp64=None, fp32=measured[Precision.FP32], tf32=None, bf16=measured.get(Precision.BF16),
-                      fp16=measured.get(Precision.FP16))
+        fp32 = measured[Precision.FP32]
+        bf16 = measured.get(Precision.BF16) or fp32
+        # Every precision has a rate, the nearest measured one (a CPU has no tensor cores: tf32 runs at
+        # fp32, fp16 at bf16's rate or fp32's), so no workload's dtype leaves T_sol without a price.
+        peaks = Peaks(fp64=fp32, fp32=fp32, tf32=fp32, bf16=bf16, fp16=measured.get(Precision.FP16) or bf16,
+                      fp8=bf16, fp4=bf16)
         return cls("measured", name, bandwidth_gbps, peaks, "measured by the evaluator at start (no datasheet)",
                    measured_bandwidth_gbps=bandwidth_gbps, measured_tflops=MappingProxyType(measured),
                    datasheet=False)

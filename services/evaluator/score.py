@@ -117,7 +117,11 @@ def score_workload(definition: Definition, workload: Workload, problem_root: Pat
         return Verdict(None, f"median latency {latency_ms:.6g} ms is below the physical floor {floor:.6g} ms on "
                              f"{hardware.name} (work and bytes counted from the reference): the measurement "
                              f"cannot be real")
-    sol = estimate(work, hardware)
+    try:
+        sol = estimate(work, hardware)
+    except ValueError as error:  # a row without a rate for the work's precision: no score, the verdict stands
+        log.warning("no T_sol for %s %s on %s: %s", definition.name, workload.uuid, hardware.name, error)
+        return Verdict(None, None)
     t_b = baseline_ms(eager_ms, compile_ms)
     score = sol_score(latency_ms, t_b, sol.t_sol_ms)
     datasheet = measured = None

@@ -120,6 +120,25 @@ def test_a_cpu_evaluator_calibrates_too_and_its_attempts_get_a_sol_score_without
     monkeypatch.setattr(record, "spares_for", lambda *args: None)
     assert record._config(runtime, "cpu", here).hardware == spec
 
+    for name in ("sdxl_unet_groupnorm_silu", "llama31_8b_gemm_o_proj"):  # fp16 and bf16 work: priced too
+        other = load_problem(PROBLEMS / name)
+        scored = score_workload(other.definition, other.workloads[0], other.root, spec, 1.0, 2.0, None)
+        assert scored.sol is not None and scored.hack is None, name
+    for precision in ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4"):
+        assert spec.fastest_tflops(precision) > 0, precision  # a CPU measured in fp32 and bf16 only
+
+
+def test_a_row_without_a_rate_for_the_works_precision_leaves_the_workload_unscored_not_crashed():
+    """Seen on a CPU row before every precision had a rate: the evaluation raised, its attempt was
+    retried and stayed in flight. A missing rate costs the score, never the verdict."""
+    from shared.hardware import HardwareSpec, Peaks
+
+    bare = HardwareSpec("bare", "a part with fp32 only", 100.0, Peaks(fp64=None, fp32=1.0, tf32=None, bf16=None,
+                                                                     fp16=None), "test")
+    half = load_problem(PROBLEMS / "sdxl_unet_groupnorm_silu")
+    verdict = score_workload(half.definition, half.workloads[0], half.root, bare, 1.0, 2.0, None)
+    assert verdict.sol is None and verdict.hack is None
+
 
 def test_the_cpu_calibration_is_stored_under_the_name_attempts_record():
     result = cal.calibrate("cpu", copy_bytes=1 << 20, matmul_n=32, repeats=2)
