@@ -52,7 +52,14 @@ MAX_COUNTED = 4096
 # evaluator only waits for its children. A workload past the limits has no T_sol.
 _COUNTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sol-count")
 _LOCK = threading.Lock()
-COUNT_LIMITS = CountLimits()  # the settings' sol_count_memory_mb and sol_count_time_s, at their defaults
+COUNT_LIMITS = CountLimits()  # the settings' sol_count_memory_mb and sol_count_time_s (`use_count_limits`)
+
+
+def use_count_limits(limits: CountLimits) -> None:
+    """The limits every count of this process runs under from now on: the evaluator service sets its
+    settings' at start (`tasks.register`); `kernelswarm eval` and tests keep the defaults."""
+    global COUNT_LIMITS
+    COUNT_LIMITS = limits
 
 
 def _key(definition: Definition, workload: Workload) -> tuple[str, str]:

@@ -13,19 +13,21 @@ import redis
 from celery import Celery
 from celery.signals import worker_ready
 
-from services.evaluator import calibrate
+from services.evaluator import calibrate, score
 from services.evaluator.evaluate import environment, warm_up
 from services.evaluator.record import evaluate_attempt, give_up, recover
 from shared.celery_app import EVALUATE, send_evaluate
 from shared.errors import RetryableError
 from shared.health import record_fault
 from shared.runtime import Runtime
+from shared.sol_bounded import CountLimits
 
 log = logging.getLogger(__name__)
 
 
 def register(app: Celery, runtime: Runtime) -> None:
     stale_after_s = float(app.conf.task_time_limit or 0) or None
+    score.use_count_limits(CountLimits.from_settings(runtime.settings))  # T_sol's counting child
     faults = redis.Redis.from_url(runtime.settings.redis_url, socket_timeout=2) if runtime.settings.redis_url else None
 
     @app.task(name=EVALUATE, bind=True, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True,
