@@ -60,10 +60,14 @@ def test_the_notes_of_a_campaign_on_the_problem_page(site, browser, shots):
     notes = browser.find_element(By.ID, "notes-file")
     text = notes.text
     assert text.startswith(f"# Notes: {PROBLEM}")
-    assert "1 earlier entry is not shown and 1 is shortened" in text
-    assert SESSIONS[-1].note.splitlines()[0][:60] in text  # the newest in full
+    # The newest in full, then by support: the two records (PASSED, each beating the best before it)
+    # in full; the two failures, evidence but no record, left out at this budget.
+    assert "2 earlier entries are not shown" in text
+    assert SESSIONS[-1].note.splitlines()[0][:60] in text
     assert SESSIONS[2].note.splitlines()[0] in text and "| 1024 | 0.062 |" in text
-    assert SESSIONS[0].note[:40] not in text  # the oldest dropped from the file
+    assert SESSIONS[1].note.splitlines()[1][:60] in text
+    assert SESSIONS[0].note[:40] not in text and SESSIONS[3].note[:40] not in text
+    assert text.count(" · attempt ") == 3  # each entry names the attempt it was written after
     assert "qwen3-coder-480b" in text
 
     # A writer's HTML is text on the page: shown as written, never parsed or run.
@@ -77,7 +81,8 @@ def test_the_notes_of_a_campaign_on_the_problem_page(site, browser, shots):
     rows = wait(browser, lambda d: [r for r in d.find_elements(By.CSS_SELECTOR, "#note-entries tbody tr")
                                     if r.is_displayed()])
     shown = [r.find_elements(By.TAG_NAME, "td")[4].text for r in rows]
-    assert shown == ["in full", "in full", "in full", "shortened", "dropped"]  # newest first
+    assert shown == ["in full", "dropped", "in full", "in full", "dropped"]  # newest first
+    assert all(r.find_elements(By.TAG_NAME, "td")[3].text not in ("", "–") for r in rows)  # each with its attempt
     assert {r.find_elements(By.TAG_NAME, "td")[2].text for r in rows} == {"qwen3-coder-480b"}
     assert "every entry (JSON)" in browser.find_element(By.ID, "notes").text
     assert csp_violations(browser) == []
