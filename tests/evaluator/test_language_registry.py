@@ -12,7 +12,7 @@ from services.evaluator import languages
 from services.evaluator.languages import REGISTRY, LanguageEntry, languages_on, runs_on, writer_languages
 from services.evaluator.languages.build import build_solution
 from services.worker.agent import solution_from_arguments
-from services.worker.llm import SOLUTION_SCHEMA
+from services.worker.llm import tool_schemas
 from shared.schema import Language, Solution, Status
 
 
@@ -32,7 +32,8 @@ def test_each_device_kind_runs_the_languages_its_entries_name():
 
 
 def test_the_workers_schema_and_default_entries_come_from_the_registry():
-    assert SOLUTION_SCHEMA["properties"]["language"]["enum"] == writer_languages()
+    for schema in tool_schemas(("evaluate", "profile", "inspect")):  # every tool that takes a solution
+        assert schema["function"]["parameters"]["properties"]["language"]["enum"] == writer_languages()
     assert "cuda_cpp" not in writer_languages() and "cuda" in writer_languages()
     made = solution_from_arguments_for("cuda")
     assert made.spec.entry_point == "launch.py::run"
