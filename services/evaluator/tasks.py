@@ -25,9 +25,15 @@ from shared.sol_bounded import CountLimits
 log = logging.getLogger(__name__)
 
 
+def apply_settings(settings) -> None:
+    """What the service's process takes from its settings beyond each attempt's config: the limits
+    T_sol's counting child runs under (sol_count_memory_mb, sol_count_time_s)."""
+    score.use_count_limits(CountLimits.from_settings(settings))
+
+
 def register(app: Celery, runtime: Runtime) -> None:
     stale_after_s = float(app.conf.task_time_limit or 0) or None
-    score.use_count_limits(CountLimits.from_settings(runtime.settings))  # T_sol's counting child
+    apply_settings(runtime.settings)
     faults = redis.Redis.from_url(runtime.settings.redis_url, socket_timeout=2) if runtime.settings.redis_url else None
 
     @app.task(name=EVALUATE, bind=True, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True,

@@ -100,15 +100,16 @@ def test_the_least_an_honest_run_can_do_stays_above_the_host_clock_floor() -> No
 
 
 def test_the_evaluator_service_counts_under_its_settings_limits(monkeypatch):
-    from celery import Celery
+    """`tasks.register` applies the settings (`apply_settings`) before any task runs."""
+    import inspect
 
     from services.evaluator import score, tasks
-    from shared.runtime import Runtime
     from shared.settings import Settings
     from shared.sol_bounded import CountLimits
 
     monkeypatch.setattr(score, "COUNT_LIMITS", score.COUNT_LIMITS)  # put back afterwards
     settings = Settings(sol_count_memory_mb=3000, sol_count_time_s=7.5)
-    tasks.register(Celery("t", set_as_current=False), Runtime(settings))
+    tasks.apply_settings(settings)
     assert score.COUNT_LIMITS == CountLimits.from_settings(settings)
     assert (score.COUNT_LIMITS.memory_mb, score.COUNT_LIMITS.time_s) == (3000, 7.5)
+    assert "apply_settings(runtime.settings)" in inspect.getsource(tasks.register)
