@@ -57,16 +57,19 @@ def speedup_text(trace: Trace) -> str:
 
 def latency_text(trace: Trace) -> str:
     """"0.0123 [0.0121–0.0127]" (ms), or the median alone where no interval is known."""
-    pair = spreads(trace)
-    performance = trace.evaluation.performance
-    if pair is not None:
-        return pair[0].text()
-    return f"{performance.latency_ms:.4g}" if performance is not None else "—"
+    return _text(trace, 0)
 
 
 def reference_text(trace: Trace) -> str:
-    pair = spreads(trace)
+    """The reference's latency, as `latency_text`."""
+    return _text(trace, 1)
+
+
+def _text(trace: Trace, side: int) -> str:
     performance = trace.evaluation.performance
+    if performance is None:
+        return "—"
+    pair = spreads(trace)
     if pair is not None:
-        return pair[1].text()
-    return f"{performance.reference_latency_ms:.4g}" if performance is not None else "—"
+        return pair[side].text()
+    return f"{(performance.latency_ms, performance.reference_latency_ms)[side]:.4g}"
