@@ -112,11 +112,10 @@ def _campaign_for(db: Database, settings: Settings, problem_ids: list[int], new:
     resume_campaign(db, earlier_id)
     with db.session() as session:
         created = session.get(CampaignRow, earlier_id).created_at
-        counts = dict(session.execute(select(AttemptRow.status, func.count()).where(
-            AttemptRow.campaign_id == earlier_id, AttemptRow.kind == VERDICT_KIND).group_by(AttemptRow.status)).all())
-    line = (f"continuing campaign {earlier_id} from {created:%Y-%m-%d %H:%M} UTC: {sum(counts.values())} attempts so "
-            f"far, {counts.get('PASSED', 0)} passed" + (f"; {len(joined)} new problems join it" if joined else "")
-            + " (`kernelswarm up --new` starts a new campaign, `kernelswarm reset` a fresh home)")
+    counts = _counts(db, earlier_id)
+    line = (f"continuing campaign {earlier_id} from {created:%Y-%m-%d %H:%M} UTC: "
+            f"{counts['finished'] + counts['in_flight']} attempts so far, {counts['PASSED']} passed"
+            + (f"; {len(joined)} new problems join it" if joined else "") + " (`kernelswarm up --new` starts a new campaign, `kernelswarm reset` a fresh home)")
     return earlier_id, line
 
 

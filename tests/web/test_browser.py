@@ -59,14 +59,12 @@ WORKLOADS = [{"uuid": f"n{n}", "axes": {"n": n}, "inputs": {"x": {"type": "rando
              for n in (1024, 65536)]
 
 
-class Site:
-    def __init__(self, root: Path) -> None:
-        self.redis = RedisServer(root / "redis")
-        self.db = Database(f"sqlite:///{root}/site.db")
-        self.store = LocalStore(root / "store")
-        self.demo = seed_demo(self.db, self.store)
-        self.app = create_app(Settings(home=root, submit_token=TOKEN, redis_url=self.redis.url), self.db, self.store)
-        self.server = make_server("127.0.0.1", 0, self.app)
+class Served:
+    """A web app served by werkzeug in a thread of this process, at `url`."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.server = make_server("127.0.0.1", 0, app)
         self.url = f"http://127.0.0.1:{self.server.socket.getsockname()[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -75,6 +73,20 @@ class Site:
         self.server.shutdown()
         self.thread.join(timeout=5)
         self.app.extensions[backends.EXTENSION].close()
+
+
+class Site:
+    def __init__(self, root: Path) -> None:
+        self.redis = RedisServer(root / "redis")
+        self.db = Database(f"sqlite:///{root}/site.db")
+        self.store = LocalStore(root / "store")
+        self.demo = seed_demo(self.db, self.store)
+        self.served = Served(create_app(Settings(home=root, submit_token=TOKEN, redis_url=self.redis.url),
+                                        self.db, self.store))
+        self.url = self.served.url
+
+    def stop(self) -> None:
+        self.served.stop()
         self.db.dispose()
         self.redis.stop()
 

@@ -6,16 +6,14 @@ docs/screenshots/problem-notes.png (test_browser.py says how the browser is driv
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from notes_campaign import HOSTILE, PROBLEM, SESSIONS, run_campaign
-from test_browser import CHROMEDRIVER, CHROMIUM, WIDTH, browser, csp_violations, shots, wait  # noqa: F401 (fixtures)
+from test_browser import CHROMEDRIVER, CHROMIUM, WIDTH, Served, browser, csp_violations, shots, wait  # noqa: F401 (fixtures)
 
-from services.web import backends, create_app
-from services.web.serving import make_server
+from services.web import create_app
 from shared.settings import Settings
 
 webdriver = pytest.importorskip("selenium.webdriver")
@@ -26,21 +24,16 @@ pytestmark = pytest.mark.skipif(not (Path(CHROMIUM).exists() and Path(CHROMEDRIV
 
 
 class NotesSite:
-    """The web app on the campaign's DB and store, served by werkzeug in a thread."""
+    """The web app on the campaign's DB and store (`Served`)."""
 
     def __init__(self, root) -> None:
         self.campaign = run_campaign(root)
         runtime = self.campaign.runtime
-        self.app = create_app(Settings(home=root), runtime.db, runtime.store)
-        self.server = make_server("127.0.0.1", 0, self.app)
-        self.url = f"http://127.0.0.1:{self.server.socket.getsockname()[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.served = Served(create_app(Settings(home=root), runtime.db, runtime.store))
+        self.url = self.served.url
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.thread.join(timeout=5)
-        self.app.extensions[backends.EXTENSION].close()
+        self.served.stop()
         self.campaign.close()
 
 
