@@ -132,8 +132,10 @@ class StateCache:
 
 
 def read_state(session: Session, campaign_id: int, config: PolicyConfig, cache: StateCache | None = None,
-               count_recorded: bool = True) -> CampaignState:
-    """`count_recorded`: count every attempt recorded (the attempt budget needs it; 0 otherwise)."""
+               count_recorded: bool = True, count_unattributed: bool = True) -> CampaignState:
+    """`count_recorded`: count every attempt recorded (the attempt budget needs it; 0 otherwise).
+    `count_unattributed`: add the assignments' tokens that no attempt carries (the token budget
+    needs them; a sum over the campaign's assignments, left out of a tick that has no such budget)."""
     active = active_assignments(session, campaign_id)
     refresh = (cache.problems(session, campaign_id, config, active) if cache is not None
                else Refresh(problem_stats(session, campaign_id, config), None))
@@ -145,7 +147,7 @@ def read_state(session: Session, campaign_id: int, config: PolicyConfig, cache: 
     recorded = session.scalar(select(func.count()).select_from(AttemptRow).where(
         AttemptRow.campaign_id == campaign_id)) if count_recorded else 0
     unattributed = session.scalar(select(func.coalesce(func.sum(AssignmentRow.tokens), 0)).where(
-        AssignmentRow.campaign_id == campaign_id))  # LLM turns that made no attempt (a closing submit)
+        AssignmentRow.campaign_id == campaign_id)) if count_unattributed else 0  # LLM turns without an attempt
     spent = Spent(recorded, sum(s.gpu_s for s in problems), sum(s.tokens for s in problems) + int(unattributed or 0))
     return CampaignState(problems, tuple(active), spent, refresh.problems)
 

@@ -84,7 +84,8 @@ def lock_campaign(session: Session, campaign_id: int) -> CampaignRow:
 
 def _fill(session: Session, campaign: CampaignRow, config: PlannerConfig, now: datetime,
           cache: StateCache | None) -> list[int]:
-    state = read_state(session, campaign.id, config.policy, cache, count_recorded=campaign.budget_attempts is not None)
+    state = read_state(session, campaign.id, config.policy, cache, count_recorded=campaign.budget_attempts is not None,
+                       count_unattributed=campaign.budget_tokens is not None)
     if cache is not None and state.refreshed:  # reports skipped recording the best: do it here
         update_bests(session, campaign.id, state.refreshed)
     created = _assign(session, campaign, state, config, now)
