@@ -178,12 +178,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise_user("--max-workloads must be at least 1")
     with err.status("evaluating") as status:
         config = EvalConfig.from_settings(settings, build_cache=open_store(settings))
-        measure_compile = config.device.startswith("cuda")
-        baselines = _BaselineCache(settings, problem, config.device) if measure_compile else None
-        config = dataclasses.replace(config, measure_compile=measure_compile,
-                                     compile_baselines=baselines.cached if baselines else config.compile_baselines)
-        result = evaluate(problem, solution, config, args.max_workloads,
-                          progress=lambda message: status.update(f"{solution.name}: {message}"))
+        status.update(f"{solution.name}: starting the evaluator's children")
+        spares = _started_children(config, problem, solution)
+        try:
+            measure_compile = config.device.startswith("cuda")
+            baselines = _BaselineCache(settings, problem, config.device) if measure_compile else None
+            config = dataclasses.replace(config, measure_compile=measure_compile, spares=spares,
+                                         compile_baselines=baselines.cached if baselines else config.compile_baselines)
+            result = evaluate(problem, solution, config, args.max_workloads,
+                              progress=lambda message: status.update(f"{solution.name}: {message}"))
+        finally:
+            spares.close()
         if baselines is not None:
             baselines.store(result.compile_ms)
     err.print(_traces_table(problem.name, solution.name, result))
@@ -192,6 +197,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(result.traces_jsonl().decode())
     return 0 if result.status.value == "PASSED" else 1
+
+
+def _started_children(config, problem, solution):
+    """The attempt's children (reference, candidate, and the `cuda` timer), started at once and
+    together, so that their imports and GPU contexts overlap the build and each other instead of
+    coming one after another (a one-shot pool: nothing replaces a child taken)."""
+    from services.evaluator.evaluate import scratch_root, spare_homes
+    from services.evaluator.spares import Spares
+    from shared.schema import Language
+
+    spares = Spares(config.device, scratch_root(config), config.fork_server, replace=False)
+    spares.refill(spare_homes(problem.root, solution.spec.language is Language.CUDA and config.replay))
+    return spares
 
 
 class _BaselineCache:

@@ -57,7 +57,7 @@ from shared.schema import (
 from shared.sol import problem_score
 
 log = logging.getLogger(__name__)
-_UNREADABLE: set[str] = set()  # problem folders already warned about (`_Children._reference_ids`)
+_UNREADABLE: set[str] = set()  # problem folders already warned about (`_reference_ids`)
 
 CHILD = ["-m", "services.evaluator.harness"]
 
@@ -123,6 +123,30 @@ def _evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_work
     return dataclasses.replace(_summarize(traces, compiled), child_phases=children.phases)
 
 
+def spare_homes(problem_root: Path | None, timer: bool, reference_ids: Any = "unset") -> dict[str, str]:
+    """The spares an attempt takes, by role (role -> its home's name): the candidate's, the
+    reference's where a spare can serve the problem (`spares.spare_sees`), the `cuda` timer's where
+    `timer`. `kernelswarm eval` starts these together, ahead of the build."""
+    ids = reference_ids if reference_ids != "unset" else _reference_ids(problem_root, warn=False)
+    homes = {role: home for role, home in HOMES.items() if role != "reference" or _spare_sees(problem_root, ids)}
+    if timer:
+        homes["timer"] = HOMES["candidate"]
+    return homes
+
+
+def _reference_ids(problem_root: Path | None, warn: bool = True) -> tuple[int, int] | None:
+    """The reference's identity: its own user, or the evaluator's uid without capabilities where
+    its problem's folder is not readable by others (a root-only home): it must read its data."""
+    ids = unprivileged_ids("reference")
+    if ids is not None and problem_root is not None and not readable_by_others(problem_root):
+        if warn and str(problem_root) not in _UNREADABLE:
+            _UNREADABLE.add(str(problem_root))
+            log.warning("the problem folder %s is not readable by others: its reference runs as the evaluator's "
+                        "uid without capabilities, not as a user of its own", problem_root)
+        return None
+    return ids
+
+
 class _Children:
     """The attempt's folders and its two children: spares started ahead when the config has a
     pool (the candidate's spare folder becomes the attempt folder), else started when needed.
@@ -139,14 +163,12 @@ class _Children:
         self.config = config
         self.timer = timer  # a third child, the `cuda` timer (`timer_dirs`), after the record step
         self.problem_root = problem_root
-        self.reference_ids = self._reference_ids()  # once: it walks the problem's folder
+        self.reference_ids = _reference_ids(problem_root)  # once: it walks the problem's folder
         self.phases: dict[str, dict[str, float]] = {}
         self.spares: dict[str, Spare] = {}
         if config.spares is not None:
-            self.spares = {role: config.spares.take(role, home) for role, home in HOMES.items()
-                           if role != "reference" or _spare_sees(problem_root, self.reference_ids)}
-            if timer:
-                self.spares["timer"] = config.spares.take("timer", HOMES["candidate"])
+            self.spares = {role: config.spares.take(role, home)
+                           for role, home in spare_homes(problem_root, timer, self.reference_ids).items()}
             root = self.spares["candidate"].root
         else:
             scratch = scratch_root(config)
@@ -188,18 +210,6 @@ class _Children:
                                own_folders=own, shared_folders=shared_folders(self.config.device), ids=ids,
                                visible_folders=visible, parents=role != "reference")
         return spare.child
-
-    def _reference_ids(self) -> tuple[int, int] | None:
-        """The reference's identity: its own user, or the evaluator's uid without capabilities where
-        its problem's folder is not readable by others (a root-only home): it must read its data."""
-        ids = unprivileged_ids("reference")
-        if ids is not None and self.problem_root is not None and not readable_by_others(self.problem_root):
-            if str(self.problem_root) not in _UNREADABLE:
-                _UNREADABLE.add(str(self.problem_root))
-                log.warning("the problem folder %s is not readable by others: its reference runs as the evaluator's "
-                            "uid without capabilities, not as a user of its own", self.problem_root)
-            return None
-        return ids
 
     def reference_done(self) -> None:
         """The reference's input sets, saved in its spare's folder, linked into the attempt's inputs."""
@@ -437,8 +447,9 @@ def _run_candidate(problem: Problem, solution: Solution, workloads: list[Workloa
 
 
 def reference_quartiles(latency: dict[str, Any]) -> dict[str, float | None]:
-    """The reference's interval for the trace's timing (None where its child reported none)."""
-    return {"reference_q1_ms": latency.get("q1_ms"), "reference_q3_ms": latency.get("q3_ms")}
+    """The reference's interval and timed runs for the trace's timing (None where its child reported none)."""
+    return {"reference_q1_ms": latency.get("q1_ms"), "reference_q3_ms": latency.get("q3_ms"),
+            "reference_runs": latency.get("runs")}
 
 
 def _record(problem: Problem, workloads: list[Workload], runnable: list[int], job: CandidateJob, build: Build,

@@ -50,8 +50,11 @@ class Spare:
 
 
 class Spares:
-    def __init__(self, device: str, scratch: str | None, fork_server: bool = True) -> None:
-        self.device, self.scratch, self.fork_server = device, scratch, fork_server
+    """A pool of spares per role. `replace` False: a one-shot pool (`kernelswarm eval`), whose
+    spares are started together with `refill` and not replaced when taken."""
+
+    def __init__(self, device: str, scratch: str | None, fork_server: bool = True, replace: bool = True) -> None:
+        self.device, self.scratch, self.fork_server, self.replace = device, scratch, fork_server, replace
         self._ready: dict[str, Spare] = {}
         self._lock = threading.Lock()
         sweep_folders(self.scratch)  # what an evaluator killed before us left there
@@ -66,7 +69,8 @@ class Spares:
             if spare is not None:
                 discard(spare)
             spare = self._start(role, home)
-        self.refill({role: home})
+        if self.replace:
+            self.refill({role: home})
         return spare
 
     def refill(self, homes: dict[str, str]) -> None:

@@ -79,9 +79,13 @@ class Timing(Frozen):
     q3_ms: float | None = None
     reference_q1_ms: float | None = None
     reference_q3_ms: float | None = None
+    reference_runs: int | None = None  # one per timed set, as the solution's (`runs`)
     sm_clock_mhz_before: int | None = None
     sm_clock_mhz_after: int | None = None
     clock: str | None = None  # "cupti" (every stream), "events" (the current stream) or "perf_counter"
+    # On the host: what was taken off every sample, the least the candidate's guard check inside
+    # each timed call costs (measured before the solution loaded), so that both sides time only the call.
+    guard_ms: float | None = None
     event_median_ms: float | None = None  # the events' median where CUPTI set the latency
     # On a GPU: whether persisting L2 lines were reset before every run's flush (False: cuda-python
     # was missing, so lines a solution marked persisting could have outlived the flush).

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from services.evaluator.evaluate import evaluate
+from services.evaluator.evaluate import evaluate, spare_homes
 from services.evaluator.spares import Spares
 from shared.schema import Status
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
@@ -122,3 +122,31 @@ def test_the_candidate_starts_only_after_its_folders_are_handed_over(problem, mo
     result = evaluate(problem, make_solution(GOOD), dataclasses.replace(FAST, spares=None))
     assert result.status is Status.PASSED, result.message
     assert events == ["start reference", "hand over", "start candidate"]
+
+
+def test_a_one_shot_pool_serves_one_attempt_and_starts_nothing_more(problem, tmp_path):
+    """`kernelswarm eval`'s pool (`replace=False`): both children started together ahead of the
+    attempt, taken by it, and none started in their place."""
+    pool = Spares("cpu", str(tmp_path), replace=False)
+    try:
+        pool.refill(spare_homes(problem.root, timer=False))
+        started = _waiting(pool)
+        assert set(started) == {"reference", "candidate"}
+        result = evaluate(problem, make_solution(GOOD), dataclasses.replace(FAST, spares=pool))
+        assert result.status is Status.PASSED, result.message
+        assert _waiting(pool) == {} and pool._ready == {}
+        for pid in started.values():
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        pool.close()
+
+
+def test_spare_homes_leave_out_a_reference_that_cannot_see_its_problem():
+    inside_tmp = Path(tempfile.mkdtemp(prefix="ks-spares-"))
+    try:
+        assert set(spare_homes(inside_tmp, timer=False)) == {"candidate"}
+        assert set(spare_homes(inside_tmp, timer=True)) == {"candidate", "timer"}
+        assert set(spare_homes(None, timer=False)) == {"reference", "candidate"}
+    finally:
+        shutil.rmtree(inside_tmp, ignore_errors=True)

@@ -21,8 +21,8 @@ import torch
 
 from services.evaluator.harness import gpu_handover, tensorfile
 from services.evaluator.languages import CompiledEntry, CompileFailed, entry_for
-from services.evaluator.harness.entry import as_outputs, cubin_kernels, empty_outputs, load_entry
-from services.evaluator.harness.guards import Guard, snapshot
+from services.evaluator.harness.entry import as_outputs, cubin_kernels, empty_holding, empty_outputs, hold, load_entry
+from services.evaluator.harness.guards import Guard, guard_floor_ms, snapshot
 from services.evaluator.harness.inputs import NOT_REPRODUCED, digest, make_inputs
 from services.evaluator.languages.launch import foreign_kernels
 from services.evaluator.harness.phases import PHASES, phase, timing_plan, traceback_tail
@@ -45,15 +45,18 @@ def run_candidate(job: CandidateJob, definition: Definition, workload: Workload,
             state["share"] = bool(job.gpu_handover) and state["clock"] is not None \
                 and device.type == "cuda" and gpu_handover.bind(device)
             guard = state["guard"] = Guard()  # before the solution's code runs at all
+            # What the guard's check inside every timed call costs at least, taken off the host's
+            # samples: measured now, before the solution could change what the check reads.
+            state["guard_ms"] = guard_floor_ms(guard.check_call) if device.type != "cuda" else 0.0
             # The verdict's own path, bound before the solution may rebind this module's names.
             state["verdict"] = (_enforce, guard.check, guard.check_inputs, guard.check_outputs, guard.check_call,
-                                guard.after_import, guard.check_signals)
+                                guard.after_import, guard.check_signals, guard.check_after_call)
             state["entry"] = load_entry(job)
             # Signal handlers it installed at import are allowed (honest libraries install some);
             # a timer armed or a signal pending then is not.
             state["verdict"][0](state["verdict"][5]() or state["verdict"][1]())
             PHASES["setup"] = round(time.perf_counter() - state["setup"], 4)  # imports, CUPTI, loading
-        enforce, check, check_inputs, check_outputs, check_call, _, check_signals = state["verdict"]
+        enforce, check, check_inputs, check_outputs, check_call, _, check_signals, after_call = state["verdict"]
         entry = state["entry"]
         if hasattr(entry, "select"):  # a `cuda` solution's launch plans replayed (timer/replay.py)
             entry.select(workload.uuid)
@@ -93,20 +96,35 @@ def run_candidate(job: CandidateJob, definition: Definition, workload: Workload,
         warm = inputs  # the warm-up runs repeat the last correctness round: no timed set is seen before its run
         staged: list[tuple[dict[str, Any], dict[str, torch.Tensor]]] = []
         last: dict[int, dict[str, Any]] = {}
+        returned: list[tuple[int, dict[str, Any], dict[str, torch.Tensor]]] = []  # the last timed run's
 
         def prepare(i: int) -> None:
             """Untimed: a copy of the run's input set at new addresses and outputs pre-filled with
-            NaN. Timed run i has set i to itself; an address used before holds other values now."""
+            NaN (the buffers of a destination-passing call; else where its returned outputs are
+            copied). Timed run i has set i to itself; an address used before holds other values now."""
             source = timed[i] if i >= 0 else warm
             fresh = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in source.items()}
-            staged[:] = [(fresh, empty_outputs(definition, axes, device))]
+            staged[:] = [(fresh, (empty_outputs if dps else empty_holding)(definition, axes, device))]
+            settle()  # after this run's memory was taken: the last run's outputs' memory is free for it
+
+        def settle() -> None:
+            """The last timed run's returned outputs checked, then copied into the buffers made
+            before it (`hold`): their values as at the end of that run, and their memory free for
+            the next run, as the reference's timed runs have it (`reference_role._time_as_candidate`)."""
+            if returned:
+                t, outputs, buffers = returned.pop()
+                enforce(check_outputs(outputs))  # plain tensors: copying them runs no code of the solution's
+                last[t] = outputs if dps else hold(outputs, buffers)
 
         def run(i: int) -> None:
             inputs, buffers = staged[-1]
             outputs = _invoke(entry, inputs, buffers, dps, definition)
             if i >= 0:
-                last[i] = outputs
+                returned[:] = [(i, outputs, buffers)]
             enforce(check_call())  # before the timer's end reading
+
+        def ended(i: int) -> None:
+            enforce(after_call())  # right after the timer's end reading
 
         plan = dataclasses.replace(timing_plan(job), max_runs=timed_sets,
                                    warmup_runs=job.warmup_runs if warm is not None else 0)
@@ -115,7 +133,8 @@ def run_candidate(job: CandidateJob, definition: Definition, workload: Workload,
         clock_before = sm_clock_mhz(device)
         while True:  # one timed batch; again where the outer clock re-times it (`retime`)
             with phase("timing"):
-                latency = time_runs(run, device, plan, prepare, begin)
+                latency = time_runs(run, device, plan, prepare, begin, state["guard_ms"], ended)
+                settle()
             clock_after = sm_clock_mhz(device)
             own = cubin_kernels(entry)
             if own is not None:  # a `cuda` solution: the kernels its timed runs ran must be its own
@@ -163,7 +182,8 @@ def run_candidate(job: CandidateJob, definition: Definition, workload: Workload,
             PHASES["compile"] = round(state["entry"].compile_s, 4)
     if not math.isfinite(latency.median_ms):
         return {"status": "RUNTIME_ERROR", "message": "timing produced no finite latency"}
-    timing = {**latency.as_dict(), "sm_clock_mhz_before": clock_before, "sm_clock_mhz_after": clock_after}
+    timing = {**latency.as_dict(), "sm_clock_mhz_before": clock_before, "sm_clock_mhz_after": clock_after,
+              **({"guard_ms": round(state["guard_ms"], 6)} if state["guard_ms"] else {})}
     return {"status": "OK", "latency": timing}
 
 

@@ -40,6 +40,32 @@ def empty_outputs(definition: Definition, axes: dict[str, int], device: torch.de
     return buffers
 
 
+def empty_holding(definition: Definition, axes: dict[str, int], device: torch.device) -> dict[str, torch.Tensor]:
+    """`empty_outputs` for the tensor outputs only (a scalar output has no buffer): where a timed
+    run's returned outputs are copied (`hold`)."""
+    tensors = {n: spec for n, spec in definition.outputs.items() if definition.shape_of(spec, axes) is not None}
+    if len(tensors) == len(definition.outputs):
+        return empty_outputs(definition, axes, device)
+    return empty_outputs(definition.model_copy(update={"outputs": tensors}), axes, device)
+
+
+def hold(returned: dict[str, Any], holding: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """A timed run's returned outputs copied into `holding` (allocated before the run), each that is
+    a plain tensor of its buffer's shape, dtype and device; the others as returned. Untimed, once the
+    run is over: its own memory is then free for the next run, as an output that nothing keeps is
+    (the candidate's and the reference's timed runs both go through this)."""
+    held: dict[str, Any] = {}
+    for name, value in returned.items():
+        into = holding.get(name)
+        if type(value) is torch.Tensor and into is not None and value.shape == into.shape \
+                and value.dtype == into.dtype and value.device == into.device:
+            into.copy_(value)
+            held[name] = into
+        else:
+            held[name] = value
+    return held
+
+
 def off_definition(definition: Definition, axes: dict[str, int], outputs: dict[str, Any]) -> str | None:
     """How the reference's `outputs` differ from the definition's outputs on these axes (shape and
     dtype of each tensor output), or None. Such a reference makes every solution fail, whatever it

@@ -8,8 +8,10 @@ candidate's process does not import it (unless forked from the fork server, whic
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,10 +20,11 @@ import torch
 
 from services.evaluator.harness import tensorfile
 from services.evaluator.harness.correctness import unmatchable
-from services.evaluator.harness.entry import as_outputs, load_module, off_definition
+from services.evaluator.harness.guards import Guard, guard_floor_ms
+from services.evaluator.harness.entry import as_outputs, empty_holding, hold, load_module, off_definition
 from services.evaluator.harness.inputs import InputError, digest, make_inputs, regenerable
 from services.evaluator.harness.phases import PHASES, phase, timing_plan, traceback_tail
-from services.evaluator.harness.timing import synchronize, time_runs
+from services.evaluator.harness.timing import Latency, TimingPlan, synchronize, time_runs
 from services.evaluator.protocol import EVALUATOR_FAULT, ReferenceJob, is_fault
 from shared.schema import Definition, Workload
 
@@ -37,6 +40,10 @@ def set_seed(secret: int, workload: int, input_set: int) -> int:
 def run_reference(job: ReferenceJob, definition: Definition, workload: Workload, index: int,
                   device: torch.device, state: dict) -> dict[str, Any]:
     if "module" not in state:
+        # The guard the candidate's timed calls check (its verdicts mean nothing here): the reference's
+        # timed calls make the same check, at the same cost (`_time_as_candidate`).
+        guard = state["guard"] = Guard()
+        state["guard_ms"] = guard_floor_ms(guard.check_call) if device.type != "cuda" else 0.0
         try:
             state["module"] = load_module("reference", definition.reference, {}, "<reference>")
         except Exception:
@@ -58,13 +65,14 @@ def run_reference(job: ReferenceJob, definition: Definition, workload: Workload,
         work_s = PHASES.get("reference", 0.0)
         batch["inputs"], batch["sets"] = _timed_sets(job, definition, workload, index, device, reference, sets)
         batch["work_ms"] = (PHASES.get("reference", 0.0) - work_s) * 1e3
+        return batch["sets"]  # one timed run per set, as the candidate has
 
     try:
         for s in range(rounds):
             warm, _ = _reference_set(job, definition, workload, index, s, device, reference, sets)
         with torch.no_grad(), phase("timing"):  # warm-up on the last correctness round, as the candidate
-            latency = time_runs(lambda i: reference.run(*(batch["inputs"] if i >= 0 else warm).values()),
-                                device, timing_plan(job), begin=begin)
+            latency = _time_as_candidate(reference.run, definition, workload, lambda i: batch["inputs"] if i >= 0 else warm,
+                                         device, timing_plan(job), state, begin)
     except _SetFailed as failed:
         return {"status": failed.status, "message": failed.message}
     timing_inputs, timed_sets = batch["inputs"], batch["sets"]
@@ -74,7 +82,7 @@ def run_reference(job: ReferenceJob, definition: Definition, workload: Workload,
     if sets is not None:  # for the candidate's job: it makes these sets again
         result.update(set_seeds=[seed for seed, _ in sets], set_digests=[made for _, made in sets])
     if job.measure_compile:
-        result.update(_time_compiled(reference, timing_inputs, device, job))
+        result.update(_time_compiled(reference, definition, workload, timing_inputs, device, job, timed_sets, state))
     return result
 
 
@@ -195,12 +203,54 @@ def _reference_set(job: ReferenceJob, definition: Definition, workload: Workload
     return inputs, sum(v.nbytes for v in (*inputs.values(), *outputs.values()) if isinstance(v, torch.Tensor))
 
 
-def _time_compiled(reference: ModuleType, inputs: dict[str, Any], device: torch.device, job: ReferenceJob) -> dict[str, Any]:
-    """torch.compile on the reference, for T_b. A reference that does not compile has no such time."""
+def _time_as_candidate(fn: Callable[..., Any], definition: Definition, workload: Workload,
+                       source: Callable[[int], dict[str, Any]], device: torch.device, plan: TimingPlan,
+                       state: dict, begin: Callable[[], object] | None = None) -> Latency:
+    """`fn` timed as the candidate's harness times a solution that returns its outputs
+    (`candidate.run_candidate`), so that the two sides differ only in the code called: each run on
+    a fresh copy of its input set (`source(i)`) with NaN-filled buffers made beside it, untimed;
+    its outputs taken as the candidate's (`as_outputs`) and the guard's `check_call` made inside
+    the timed call, the check's floor taken off each host sample (`guards.guard_floor_ms`); once
+    the run is over, untimed, its outputs copied into those buffers and their own memory freed
+    (`entry.hold`), in the same order as there, so that the allocator hands both sides' runs the
+    same kind of memory. At most one timed run per timed set, as there. (The check inside the call
+    costs more than its floor right after work that leaves threads spinning, as torch's parallel
+    CPU kernels do: 50-75 us against a 6 us floor on the 2-core CPU VM after a 1M-element add,
+    2026-12-07; so both sides make it rather than one side subtracting a guess.)"""
+    check = state["guard"].check_call
+    staged: list[Any] = []
+    returned: list[tuple[dict[str, Any], dict[str, torch.Tensor]]] = []
+    kept: list[dict[str, Any]] = []
+    axes = definition.resolve_axes(workload.axes)
+
+    def prepare(i: int) -> None:
+        staged[:] = [{n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in source(i).items()},
+                     empty_holding(definition, axes, device)]
+        if returned:
+            kept.append(hold(*returned.pop()))
+
+    def run(i: int) -> None:
+        outputs = as_outputs(definition, fn(*staged[0].values()))
+        if i >= 0:
+            returned[:] = [(outputs, staged[1])]
+        check()
+
+    try:
+        return time_runs(run, device, plan, prepare, begin, state["guard_ms"])
+    finally:
+        returned.clear()
+        kept.clear()
+
+
+def _time_compiled(reference: ModuleType, definition: Definition, workload: Workload, inputs: dict[str, Any],
+                   device: torch.device, job: ReferenceJob, timed_sets: int, state: dict) -> dict[str, Any]:
+    """torch.compile on the reference, for T_b, timed as the eager reference is. A reference that
+    does not compile has no such time."""
     try:
         compiled = torch.compile(reference.run)
         with torch.no_grad():
-            latency = time_runs(lambda i: compiled(*inputs.values()), device, timing_plan(job))
+            plan = dataclasses.replace(timing_plan(job), max_runs=timed_sets)
+            latency = _time_as_candidate(compiled, definition, workload, lambda i: inputs, device, plan, state)
     except Exception:  # any failure of the compiler stack only means there is no compiled baseline
         return {"compile_error": traceback_tail()[-1000:]}
     return {"compile_ms": latency.median_ms}

@@ -18,8 +18,9 @@ Findings: after the solution's import, an armed timer, a pending signal, or a ha
 for a timer's signal (SIGALRM, SIGVTALRM, SIGPROF; other handlers installed at import are allowed:
 honest libraries install some; `rebase` takes the state then); after a call,
 a handler installed or changed, a POSIX timer created, any timer armed, the CPU-time limit
-changed, any signal pending. `check_call` is the cheap part, run inside every timed call: the
-timers, the limit and the pending signals (about 4 us on the 2-core CPU VM). `check` adds the
+changed, any signal pending. `check_call` is the cheap part, run right after every timed call's
+end reading (`Guard.check_after_call`): the timers, the limit and the pending signals (about 4 us
+on the 2-core CPU VM alone, up to 100 us right after a parallel torch kernel). `check` adds the
 handlers (the masks, Python's, every native one: about 0.1 ms) and runs between calls and after
 the timed batch, before `end`; so a handler installed during a timed call is found before `end`.
 
@@ -190,8 +191,8 @@ class SignalWatch:
         return None
 
     def check_call(self) -> str | None:
-        """Inside every timed call, just after it returned: what could run work after the timer's
-        end reading (timers, pending signals). A handler installed in the call is found by `check`,
+        """Right after every timed call's end reading: what could run work after it (timers armed,
+        signals pending). A handler installed in the call is found by `check`,
         at the latest after the timed batch and before its `end`."""
         try:
             return self._armed_or_pending("a call")

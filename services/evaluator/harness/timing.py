@@ -14,11 +14,13 @@ workload: the candidate has that many timed input sets, one per timed run.
 An optional `prepare(i)` runs before every iteration, outside the timed region (fresh inputs
 and outputs for the candidate). Warm-up runs get `i < 0`, timed runs `i = 0, 1, ...`. An optional
 `begin()` runs once between the warm-up and the first timed run: where the evaluator's outer clock
-is on, the child asks for its timed batch there (`outer_clock`), and the timed sets arrive then.
+is on, the child asks for its timed batch there (`outer_clock`), and the timed sets arrive then;
+where it returns a number, at most that many runs are timed (one per timed set it made).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import statistics
 import time
@@ -131,10 +133,14 @@ def synchronize(device: torch.device) -> None:
 
 
 def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPlan,
-              prepare: Callable[[int], object] | None = None, begin: Callable[[], object] | None = None) -> Latency:
+              prepare: Callable[[int], object] | None = None, begin: Callable[[], object] | None = None,
+              host_overhead_ms: float = 0.0, after: Callable[[int], object] | None = None) -> Latency:
     """Time `run(i)` (i = timed run number, negative for the warm-up runs, so that callers can
     give every run its own input set); `prepare(i)`, if given, runs untimed just before `run(i)`;
-    `begin()`, if given, once after the warm-up."""
+    `begin()`, if given, once after the warm-up (a number it returns caps the timed runs). On the host, `host_overhead_ms` is taken off every
+    sample: the least the harness's own work inside `run` costs (the candidate's guard check),
+    measured before the solution loaded (`guards.guard_floor_ms`). `after(i)`, if given, runs
+    right after each run's end reading (the candidate's signal guard, `Guard.check_after_call`)."""
     launches: list[float] = []
     for i in range(-plan.warmup_runs, 0):
         if prepare is not None:
@@ -143,19 +149,23 @@ def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPl
         began = time.perf_counter()
         run(i)
         launches.append(time.perf_counter() - began)
+        if after is not None:
+            after(i)
         synchronize(device)
     # The host's launch time of one run, the first (lazy initialisation) left out.
     launch_s = statistics.median(launches[1:] or launches) if launches else 0.0
     if begin is not None:
-        begin()
+        cap = begin()
+        if isinstance(cap, int):  # the timed sets it made: at most one timed run each
+            plan = dataclasses.replace(plan, max_runs=min(cap, plan.max_runs) if plan.max_runs else cap)
     if device.type != "cuda":
-        return _time_on_host(run, plan, prepare)
+        return _time_on_host(run, plan, prepare, host_overhead_ms, after)
     gpu = _GpuClock(device, launch_s)
     started = time.perf_counter()
     for i in range(plan.wanted_runs(device)):
         if prepare is not None:
             prepare(i)
-        gpu.time(run, i)
+        gpu.time(run, i, after)
         if len(gpu.samples) >= MIN_RUNS and time.perf_counter() - started > plan.budget_s:
             break
     return gpu.latency()
@@ -174,7 +184,8 @@ def host_clock_floor_ms() -> float:
 
 
 def _time_on_host(run: Callable[[int], object], plan: TimingPlan,
-                  prepare: Callable[[int], object] | None) -> Latency:
+                  prepare: Callable[[int], object] | None, less_ms: float = 0.0,
+                  after: Callable[[int], object] | None = None) -> Latency:
     samples: list[float] = []
     started = time.perf_counter()
     for i in range(plan.wanted_runs(torch.device("cpu"))):
@@ -182,7 +193,9 @@ def _time_on_host(run: Callable[[int], object], plan: TimingPlan,
             prepare(i)
         begin = time.perf_counter()
         run(i)
-        samples.append((time.perf_counter() - begin) * 1e3)
+        samples.append(max((time.perf_counter() - begin) * 1e3 - less_ms, 0.0))
+        if after is not None:
+            after(i)
         if len(samples) >= MIN_RUNS and time.perf_counter() - started > plan.budget_s:
             break
     return Latency.of(samples, total_ms=sum(samples))
@@ -207,7 +220,7 @@ class _GpuClock:
         self.event_samples: list[float] = []
         self.cupti_samples: list[float] = []
 
-    def time(self, run: Callable[[int], object], i: int) -> None:
+    def time(self, run: Callable[[int], object], i: int, after: Callable[[int], object] | None = None) -> None:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         synchronize(self.device)
         self.l2_reset = reset_persisting_l2() and self.l2_reset  # host call, before the window: no launch
@@ -218,6 +231,8 @@ class _GpuClock:
         start.record()
         run(i)
         end.record()
+        if after is not None:  # host work once the end is queued: outside the events and CUPTI's span
+            after(i)
         synchronize(self.device)
         event_ms = start.elapsed_time(end)
         cupti_ms = self.cupti.stop_span_ms(skip=self.own_launches) if self.cupti is not None else None
