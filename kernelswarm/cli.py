@@ -168,7 +168,6 @@ def add_campaign_commands(commands) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from services.evaluator.config import EvalConfig
-    from services.evaluator.evaluate import evaluate
     from shared.store import open_store
 
     settings = Settings.from_env(device=args.device)
@@ -181,8 +180,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
         status.update(f"{solution.name}: starting the evaluator's children")
         spares = _started_children(config, problem, solution)
         try:
-            measure_compile = config.device.startswith("cuda")
-            baselines = _BaselineCache(settings, problem, config.device) if measure_compile else None
+            from services.evaluator.evaluate import evaluate  # torch: imported while the children start
+
+            on_gpu = config.device.startswith("cuda")
+            workloads = problem.workloads[:args.max_workloads] if args.max_workloads else problem.workloads
+            if on_gpu:  # T_sol's counts (a bounded child of their own), beside everything else from now on
+                from services.evaluator.score import count_ahead
+
+                count_ahead(problem.definition, workloads, problem.root)
+            baselines = _BaselineCache(settings, problem, config.device) if on_gpu else None
+            measure_compile = baselines is not None and baselines.missing(workloads)
             config = dataclasses.replace(config, measure_compile=measure_compile, spares=spares,
                                          compile_baselines=baselines.cached if baselines else config.compile_baselines)
             result = evaluate(problem, solution, config, args.max_workloads,
@@ -201,10 +208,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _started_children(config, problem, solution):
     """The attempt's children (reference, candidate, and the `cuda` timer), started at once and
-    together, so that their imports and GPU contexts overlap the build and each other instead of
-    coming one after another (a one-shot pool: nothing replaces a child taken)."""
-    from services.evaluator.evaluate import scratch_root, spare_homes
-    from services.evaluator.spares import Spares
+    together, before this process imports torch, so that their imports and GPU contexts overlap
+    this process's own, the build and each other instead of coming one after another (a one-shot
+    pool: nothing replaces a child taken)."""
+    from services.evaluator.scratch import scratch_root
+    from services.evaluator.spares import Spares, spare_homes
     from shared.schema import Language
 
     spares = Spares(config.device, scratch_root(config), config.fork_server, replace=False)
@@ -227,9 +235,20 @@ class _BaselineCache:
         with self.db.session() as session:
             self.problem_id = upsert_problem(session, problem).id
         self.cached = compile_baselines(self.db, self.problem_id, self.hardware)
-        if self.cached:
-            err.print(f"torch.compile baselines of {len(self.cached)} workloads from {settings.db_url} "
+        self.source = settings.db_url
+
+    def missing(self, workloads) -> bool:
+        """Whether the reference's torch.compile must be timed (some of `workloads` has no cached
+        time), saying on stderr which it is."""
+        missing = [w.uuid for w in workloads if w.uuid not in self.cached]
+        if not missing:
+            err.print(f"torch.compile baselines of the {len(workloads)} workloads from {self.source} "
                       f"({self.hardware}): not measured again", highlight=False)
+        elif len(missing) < len(workloads):
+            err.print(f"torch.compile baselines: {len(workloads) - len(missing)} of {len(workloads)} workloads "
+                      f"cached in {self.source} ({self.hardware}); timing the reference compiled on all of them",
+                      highlight=False)
+        return bool(missing)
 
     def store(self, measured: dict) -> None:
         from services.evaluator.record import store_compile_baselines

@@ -39,13 +39,13 @@ from services.evaluator.outer_clock import move_timed_sets, timed_hand_over
 from services.evaluator.retime import Retimer
 from services.evaluator.protocol import EVALUATOR_FAULT, CandidateJob, ReferenceJob, is_fault
 from services.evaluator.sandbox.isolation import (
-    StartedChild, memory_limit, readable_by_others, shared_folders, start_child, unprivileged_ids,
+    StartedChild, memory_limit, shared_folders, start_child,
 )
 from services.evaluator.spares import (
-    CONFINED, HOMES, OUTPUTS, REF_INPUTS, REF_TIMED, SPARE_READY_S, Spare, discard, spare_sees as _spare_sees,
+    CONFINED, HOMES, OUTPUTS, REF_INPUTS, REF_TIMED, SPARE_READY_S, Spare, discard, reference_ids, spare_homes,
 )
 from services.evaluator.score import below_the_host_clock, count_ahead, hardware_for, score_workload
-from services.evaluator.scratch import hand_over_reference, make_folder, sweep_folders
+from services.evaluator.scratch import hand_over_reference, make_folder, scratch_root, sweep_folders
 from services.evaluator.timer.plan import RECORDED_SETS, cubin_kernels
 from services.evaluator.timer.route import IN_PROCESS, REPLAY, Routed, route, timer_job
 from shared.errors import EvaluatorFault
@@ -57,7 +57,6 @@ from shared.schema import (
 from shared.sol import problem_score
 
 log = logging.getLogger(__name__)
-_UNREADABLE: set[str] = set()  # problem folders already warned about (`_reference_ids`)
 
 CHILD = ["-m", "services.evaluator.harness"]
 
@@ -123,30 +122,6 @@ def _evaluate(problem: Problem, solution: Solution, config: EvalConfig, max_work
     return dataclasses.replace(_summarize(traces, compiled), child_phases=children.phases)
 
 
-def spare_homes(problem_root: Path | None, timer: bool, reference_ids: Any = "unset") -> dict[str, str]:
-    """The spares an attempt takes, by role (role -> its home's name): the candidate's, the
-    reference's where a spare can serve the problem (`spares.spare_sees`), the `cuda` timer's where
-    `timer`. `kernelswarm eval` starts these together, ahead of the build."""
-    ids = reference_ids if reference_ids != "unset" else _reference_ids(problem_root, warn=False)
-    homes = {role: home for role, home in HOMES.items() if role != "reference" or _spare_sees(problem_root, ids)}
-    if timer:
-        homes["timer"] = HOMES["candidate"]
-    return homes
-
-
-def _reference_ids(problem_root: Path | None, warn: bool = True) -> tuple[int, int] | None:
-    """The reference's identity: its own user, or the evaluator's uid without capabilities where
-    its problem's folder is not readable by others (a root-only home): it must read its data."""
-    ids = unprivileged_ids("reference")
-    if ids is not None and problem_root is not None and not readable_by_others(problem_root):
-        if warn and str(problem_root) not in _UNREADABLE:
-            _UNREADABLE.add(str(problem_root))
-            log.warning("the problem folder %s is not readable by others: its reference runs as the evaluator's "
-                        "uid without capabilities, not as a user of its own", problem_root)
-        return None
-    return ids
-
-
 class _Children:
     """The attempt's folders and its two children: spares started ahead when the config has a
     pool (the candidate's spare folder becomes the attempt folder), else started when needed.
@@ -155,7 +130,7 @@ class _Children:
     code, untrusted too) as a user of its own (`unprivileged_ids("reference")`), writing only its
     home, the folder its input sets go to and the timed sets' folder. A spare reference started
     before its problem was known sees nothing of a problem folder in /tmp or /dev/shm, and reads
-    only what others may: for such a problem (`_spare_sees`) the reference starts when needed,
+    only what others may: for such a problem (`spares.spare_sees`) the reference starts when needed,
     seeing its folder, and as the evaluator's own uid without capabilities where that folder is
     not readable by others."""
 
@@ -163,7 +138,7 @@ class _Children:
         self.config = config
         self.timer = timer  # a third child, the `cuda` timer (`timer_dirs`), after the record step
         self.problem_root = problem_root
-        self.reference_ids = _reference_ids(problem_root)  # once: it walks the problem's folder
+        self.reference_ids = reference_ids(problem_root)  # once: it walks the problem's folder
         self.phases: dict[str, dict[str, float]] = {}
         self.spares: dict[str, Spare] = {}
         if config.spares is not None:
@@ -583,13 +558,3 @@ def _check_device(config: EvalConfig) -> torch.device:
     return torch.device("cpu")
 
 
-def scratch_root(config: EvalConfig) -> str | None:
-    """Expected and output sets (and the input sets not made again in the candidate) go through
-    files: prefer memory-backed /dev/shm when it has room."""
-    if config.scratch_dir is not None:
-        config.scratch_dir.mkdir(parents=True, exist_ok=True)
-        return str(config.scratch_dir)
-    shm = Path("/dev/shm")
-    if shm.is_dir() and shutil.disk_usage(shm).free > 2 << 30:
-        return str(shm)
-    return None

@@ -19,8 +19,12 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shared.process import start_time
+
+if TYPE_CHECKING:
+    from services.evaluator.config import EvalConfig
 
 PREFIX = "ks-"
 ROLES = ("att", "can", "ref")  # attempt folders, and the candidate's and reference's spare folders
@@ -99,3 +103,15 @@ def hand_over_reference(home: Path, inputs: Path, timed: Path, ids: tuple[int, i
         folder.chmod(0o700)
         for path in (folder, *folder.rglob("*")):
             os.chown(path, *ids)
+
+
+def scratch_root(config: EvalConfig) -> str | None:
+    """Expected and output sets (and the input sets not made again in the candidate) go through
+    files: prefer memory-backed /dev/shm when it has room."""
+    if config.scratch_dir is not None:
+        config.scratch_dir.mkdir(parents=True, exist_ok=True)
+        return str(config.scratch_dir)
+    shm = Path("/dev/shm")
+    if shm.is_dir() and shutil.disk_usage(shm).free > 2 << 30:
+        return str(shm)
+    return None

@@ -10,18 +10,25 @@ other CPU cores; the context's creation is the only GPU work it does before its 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import shutil
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from services.evaluator.sandbox import memcap
 from services.evaluator.protocol import READY_FILE
 from services.evaluator.scratch import hand_over_reference, make_folder, sweep_folders
 from services.evaluator.sandbox.fsview import SCRATCH_MOUNTS
-from services.evaluator.sandbox.isolation import StartedChild, memory_limit, shared_folders, start_child, unprivileged_ids
+from services.evaluator.sandbox.isolation import (
+    StartedChild, memory_limit, readable_by_others, shared_folders, start_child, unprivileged_ids,
+)
+
+log = logging.getLogger(__name__)
+_UNREADABLE: set[str] = set()  # problem folders already warned about (`reference_ids`)
 
 HOMES = {"reference": "ref", "candidate": "cand"}  # role -> the child's home inside its folder
 # Roles whose child runs code the evaluator did not write: confined. The candidate writes only its
@@ -124,6 +131,30 @@ def spare_sees(problem_root: Path | None, ids: tuple[int, int] | None) -> bool:
     if any(real == m or real.startswith(m.rstrip("/") + "/") for m in map(os.fsdecode, SCRATCH_MOUNTS)):
         return False
     return ids == unprivileged_ids("reference")
+
+
+def spare_homes(problem_root: Path | None, timer: bool, ids: Any = "unset") -> dict[str, str]:
+    """The spares an attempt takes, by role (role -> its home's name): the candidate's, the
+    reference's where a spare can serve the problem (`spares.spare_sees`), the `cuda` timer's where
+    `timer`. `kernelswarm eval` starts these together, ahead of the build."""
+    ids = ids if ids != "unset" else reference_ids(problem_root, warn=False)
+    homes = {role: home for role, home in HOMES.items() if role != "reference" or spare_sees(problem_root, ids)}
+    if timer:
+        homes["timer"] = HOMES["candidate"]
+    return homes
+
+
+def reference_ids(problem_root: Path | None, warn: bool = True) -> tuple[int, int] | None:
+    """The reference's identity: its own user, or the evaluator's uid without capabilities where
+    its problem's folder is not readable by others (a root-only home): it must read its data."""
+    ids = unprivileged_ids("reference")
+    if ids is not None and problem_root is not None and not readable_by_others(problem_root):
+        if warn and str(problem_root) not in _UNREADABLE:
+            _UNREADABLE.add(str(problem_root))
+            log.warning("the problem folder %s is not readable by others: its reference runs as the evaluator's "
+                        "uid without capabilities, not as a user of its own", problem_root)
+        return None
+    return ids
 
 
 def discard(spare: Spare) -> None:

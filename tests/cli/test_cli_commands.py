@@ -322,12 +322,17 @@ def test_eval_keeps_the_references_compile_baselines_in_the_homes_db(tmp_path, c
     settings = Settings(home=tmp_path)
     problem = load_problem(RMSNORM, with_seeds=False)
     first = _BaselineCache(settings, problem, "cpu")
-    assert first.cached == {}
+    assert first.cached == {} and first.missing(problem.workloads[:2])
     first.store({problem.workloads[0].uuid: 1.25, problem.workloads[1].uuid: None})  # None: did not compile
     assert "not measured again" not in capsys.readouterr().err
 
     again = _BaselineCache(settings, problem, "cpu")
     assert again.cached == {problem.workloads[0].uuid: 1.25, problem.workloads[1].uuid: None}
-    assert "torch.compile baselines of 2 workloads" in " ".join(capsys.readouterr().err.split())
+    # Every workload evaluated has its figure: the reference is not compiled and timed again.
+    assert not again.missing(problem.workloads[:2])
+    assert "torch.compile baselines of the 2 workloads" in " ".join(capsys.readouterr().err.split())
+    # One without: all are timed again, and stderr says why.
+    assert again.missing(problem.workloads[:3])
+    assert "2 of 3 workloads cached" in " ".join(capsys.readouterr().err.split())
     again.store({problem.workloads[0].uuid: 9.0})  # measured again by mistake: the first figure stays
     assert _BaselineCache(settings, problem, "cpu").cached[problem.workloads[0].uuid] == 1.25

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from services.evaluator.evaluate import evaluate, spare_homes
-from services.evaluator.spares import Spares
+from services.evaluator.evaluate import evaluate
+from services.evaluator.spares import Spares, spare_homes
 from shared.schema import Status
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
 
