@@ -208,15 +208,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _started_children(config, problem, solution):
     """The attempt's children (reference, candidate, and the `cuda` timer), started at once and
-    together, before this process imports torch, so that their imports and GPU contexts overlap
-    this process's own, the build and each other instead of coming one after another (a one-shot
-    pool: nothing replaces a child taken)."""
+    together in a thread, so that the fork server's imports and the children's GPU contexts overlap
+    this process's own imports and context, the build and each other instead of coming one after
+    another (a one-shot pool: nothing replaces a child taken)."""
     from services.evaluator.scratch import scratch_root
     from services.evaluator.spares import Spares, spare_homes
     from shared.schema import Language
 
     spares = Spares(config.device, scratch_root(config), config.fork_server, replace=False)
-    spares.refill(spare_homes(problem.root, solution.spec.language is Language.CUDA and config.replay))
+    spares.start_ahead(spare_homes(problem.root, solution.spec.language is Language.CUDA and config.replay))
     return spares
 
 

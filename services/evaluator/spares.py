@@ -58,18 +58,20 @@ class Spare:
 
 class Spares:
     """A pool of spares per role. `replace` False: a one-shot pool (`kernelswarm eval`), whose
-    spares are started together with `refill` and not replaced when taken."""
+    spares are started together (`start_ahead`) and not replaced when taken."""
 
     def __init__(self, device: str, scratch: str | None, fork_server: bool = True, replace: bool = True) -> None:
         self.device, self.scratch, self.fork_server, self.replace = device, scratch, fork_server, replace
         self._ready: dict[str, Spare] = {}
         self._lock = threading.Lock()
+        self._starting: threading.Thread | None = None  # `start_ahead`'s, until taken or closed
         sweep_folders(self.scratch)  # what an evaluator killed before us left there
         atexit.register(self.close)
 
     def take(self, role: str, home: str) -> Spare:
         """A spare for `role` with its home at `root/home`: the waiting one if it is still alive,
         else one started now. Its replacement starts at once, to be warm for the next attempt."""
+        self._started()
         with self._lock:
             spare = self._ready.pop(role, None)
         if spare is None or not spare.child.alive() or not (spare.root / home).is_dir():
@@ -90,7 +92,19 @@ class Spares:
             with self._lock:
                 self._ready[role] = spare
 
+    def start_ahead(self, homes: dict[str, str]) -> None:
+        """`refill(homes)` in a thread of its own: the caller goes on (imports torch, reads its DB)
+        while the fork server starts and forks the children; `take` and `close` wait for it."""
+        self._starting = threading.Thread(target=self.refill, args=(homes,), name="spares", daemon=True)
+        self._starting.start()
+
+    def _started(self) -> None:
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            starting.join()
+
     def close(self) -> None:
+        self._started()
         with self._lock:
             spares, self._ready = list(self._ready.values()), {}
         for spare in spares:

@@ -129,7 +129,8 @@ def test_a_one_shot_pool_serves_one_attempt_and_starts_nothing_more(problem, tmp
     attempt, taken by it, and none started in their place."""
     pool = Spares("cpu", str(tmp_path), replace=False)
     try:
-        pool.refill(spare_homes(problem.root, timer=False))
+        pool.start_ahead(spare_homes(problem.root, timer=False))
+        pool._started()  # the starting thread done, to read what it started
         started = _waiting(pool)
         assert set(started) == {"reference", "candidate"}
         result = evaluate(problem, make_solution(GOOD), dataclasses.replace(FAST, spares=pool))
@@ -150,3 +151,20 @@ def test_spare_homes_leave_out_a_reference_that_cannot_see_its_problem():
         assert set(spare_homes(None, timer=False)) == {"reference", "candidate"}
     finally:
         shutil.rmtree(inside_tmp, ignore_errors=True)
+
+
+def test_an_attempt_takes_spares_still_starting_and_close_waits_for_them(problem, tmp_path):
+    """`take` waits for `start_ahead`'s thread: an attempt begun at once gets the spares it started
+    (none started twice); `close` right after `start_ahead` stops what the thread started."""
+    pool = Spares("cpu", str(tmp_path), replace=False)
+    try:
+        pool.start_ahead(spare_homes(problem.root, timer=False))
+        result = evaluate(problem, make_solution(GOOD), dataclasses.replace(FAST, spares=pool))
+        assert result.status is Status.PASSED, result.message
+        assert pool._ready == {} and pool._starting is None
+    finally:
+        pool.close()
+    other = Spares("cpu", str(tmp_path), replace=False)
+    other.start_ahead(spare_homes(problem.root, timer=False))
+    other.close()
+    assert other._ready == {} and not [p for p in tmp_path.iterdir() if p.name.startswith("ks-")]
