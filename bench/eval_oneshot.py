@@ -53,6 +53,7 @@ def run_eval(tree: Path, home: Path, problem: Path, solution: Path, device: str,
             ratios[trace["workload"]["uuid"]] = performance["reference_latency_ms"] / performance["latency_ms"]
     statuses = sorted({t["evaluation"]["status"] for t in traces})
     return {"wall_s": round(wall, 2), "exit": done.returncode, "statuses": statuses, "ratios": ratios,
+            "load_1min": round(os.getloadavg()[0], 2),
             "stderr_tail": done.stderr[-1500:] if done.returncode not in (0, 1) or not traces else ""}
 
 
@@ -88,10 +89,11 @@ def main() -> int:
                    **run_eval(tree, home, problem, mirror, args.device, args.max_workloads)}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    print(f"\n{'tree':8} {'case':7} {'solution':24} {'wall s':>7} {'exit':>4}  speedups (reference / solution)")
+    print(f"\n{'tree':8} {'case':7} {'solution':24} {'wall s':>7} {'exit':>4} {'load':>5}  speedups (reference / solution)")
     for r in rows:
         speedups = " ".join(f"{v:.2f}" for v in r["ratios"].values())
-        print(f"{r['tree']:8} {r['case']:7} {r['solution'][:24]:24} {r['wall_s']:7.2f} {r['exit']:4}  {speedups}")
+        print(f"{r['tree']:8} {r['case']:7} {r['solution'][:24]:24} {r['wall_s']:7.2f} {r['exit']:4} "
+              f"{r['load_1min']:5.2f}  {speedups}")
     summary = {}
     for name in trees:
         cached = [r["wall_s"] for r in rows if r["tree"] == name and r["case"] == "cached"]
