@@ -1,9 +1,13 @@
 """Timings with their spread. A latency is its median over the timed runs with the interquartile
 interval [q1, q3]; a speedup is said only where the solution's interval and the reference's do not
-overlap, and is "≈1x" otherwise: a difference inside the runs' own noise is no result."""
+overlap, and is "≈1x" otherwise: a difference inside the runs' own noise is no result. Where one
+solution was evaluated in several attempts on the same hardware, `combine` spreads a latency over
+them: the median of their medians and the union of their intervals."""
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from shared.schema import Trace
@@ -22,6 +26,19 @@ class Spread:
 
     def text(self) -> str:
         return f"{self.median_ms:.4g} [{self.q1_ms:.4g}–{self.q3_ms:.4g}]"
+
+
+def combine(parts: Sequence[Spread]) -> Spread:
+    """One latency over several attempts' spreads of it: the median of their medians, and the
+    interval from the lowest q1 to the highest q3. The union is the conservative choice: a speedup
+    over attempts is said only where every attempt's interval of the solution lies clear of every
+    attempt's interval of the reference, so an attempt that ran on a noisier day widens the interval
+    rather than being outvoted. Each part's median lies in its interval, so the median of medians lies
+    in the union. One part comes back as it is."""
+    if not parts:
+        raise ValueError("no spreads to combine")
+    return Spread(statistics.median(p.median_ms for p in parts), min(p.q1_ms for p in parts),
+                  max(p.q3_ms for p in parts))
 
 
 def spreads(trace: Trace) -> tuple[Spread, Spread] | None:

@@ -1,5 +1,10 @@
 """What the problem page shows, read from the DB: the problem, its attempts (history and table), the
-best attempt and its per-workload results. The object store is read by the blueprint, not here."""
+best attempt and its per-workload results. The object store is read by the blueprint, not here.
+
+Where the best attempt's solution passed in other verdict attempts too, on the same device and
+hardware (its repeats), the best attempt's per-workload latencies are spread over all of them
+(`shared.spread.combine`): the median of the attempts' medians and the union of their intervals, and
+`attempts` says how many. One attempt's own page (`attempt_detail`) shows that attempt alone."""
 
 from __future__ import annotations
 
@@ -16,10 +21,13 @@ from shared.errors import NotFoundError
 from shared.leaderboard import IN_FLIGHT, PASSED, as_utc, best_order
 from shared.repository import VERDICT_KIND, problem_by_name
 from shared.schema import Trace
-from shared.spread import spreads
+from shared.spread import Spread, combine, spreads
 
 HISTORY_LIMIT = 2000  # the most recent attempts drawn in the chart
 TABLE_LIMIT = 100  # the most recent attempts listed in the table
+REPEATS_LIMIT = 20  # the most recent repeats of the best attempt whose timings its figures combine
+
+Pairs = dict[str, list[tuple[Spread, Spread]]]  # per workload uuid: (the solution's, the reference's) spreads
 
 
 class AttemptSummary(BaseModel):
@@ -87,6 +95,10 @@ class WorkloadResult(BaseModel):
     reference_q1_ms: float | None = None
     reference_q3_ms: float | None = None
     speedup_clear: bool | None = None
+    # How many attempts the figures span: over 1, the latencies are the median of the attempts' medians,
+    # the intervals their union and the speedup the ratio of the two medians (shared.spread.combine);
+    # T_SOL, T_b and the SOL score stay the best attempt's own, as it was ranked.
+    attempts: int = 1
 
 
 class ProblemDetail(BaseModel):
@@ -108,12 +120,14 @@ def problem_detail(session: Session, name: str) -> ProblemDetail:
     definition = json.loads(row.definition_json or "{}")
     workloads = [json.loads(line) for line in row.workloads_jsonl.splitlines() if line.strip()]
     best = _best(session, row.id)
+    per_workload = [] if best is None else _per_workload(
+        session, best.id, workloads, _repeats(session, row.id, best, len(workloads)))
     return ProblemDetail(
         name=row.name, op_type=row.op_type, description=row.description, definition=definition,
         workloads=workloads, best=best, history=_history(session, row.id),
         attempts=_summaries(session, _attempts_query(row.id).where(AttemptRow.kind == VERDICT_KIND).order_by(
             AttemptRow.created_at.desc(), AttemptRow.id.desc()).limit(TABLE_LIMIT)),  # diagnostics: no verdict
-        per_workload=_per_workload(session, best.id, workloads) if best is not None else [],
+        per_workload=per_workload,
     )
 
 
@@ -182,25 +196,61 @@ def _history(session: Session, problem_id: int) -> History:
     return History(metric=metric, total_attempts=total or 0, points=points)
 
 
-def _per_workload(session: Session, attempt_id: str, workloads: list[dict[str, Any]]) -> list[WorkloadResult]:
+def _per_workload(session: Session, attempt_id: str, workloads: list[dict[str, Any]],
+                  repeats: Pairs | None = None) -> list[WorkloadResult]:
+    """The attempt's traces rows in the order of the workloads; `repeats`, the spreads of other
+    attempts of its solution, combined into each workload's figures where the attempt's own trace has
+    its intervals (a row without them stands alone)."""
     axes = {w.get("uuid"): w.get("axes", {}) for w in workloads}
     order = {uuid: i for i, uuid in enumerate(axes)}
     rows = session.scalars(select(TraceRow).where(TraceRow.attempt_id == attempt_id)).all()
     rows = sorted(rows, key=lambda r: (order.get(r.workload_uuid, len(order)), r.workload_uuid))
+    repeats = repeats or {}
     return [WorkloadResult(workload_uuid=r.workload_uuid, axes=axes.get(r.workload_uuid, {}), status=r.status,
-                           latency_ms=r.latency_ms, reference_latency_ms=r.reference_latency_ms, speedup=r.speedup,
                            t_sol_ms=r.t_sol_ms, t_baseline_ms=r.t_baseline_ms, sol_score=r.sol_score,
-                           **_intervals(r.trace_json))
+                           **_figures(r, repeats.get(r.workload_uuid, [])))
             for r in rows]
 
 
-def _intervals(trace_json: str) -> dict[str, Any]:
+def _figures(row: TraceRow, repeats: list[tuple[Spread, Spread]]) -> dict[str, Any]:
+    figures: dict[str, Any] = {"latency_ms": row.latency_ms, "reference_latency_ms": row.reference_latency_ms,
+                               "speedup": row.speedup}
+    own = _pair(row.trace_json)
+    if own is None:
+        return figures
+    pairs = [own, *repeats]
+    mine, reference = combine([p[0] for p in pairs]), combine([p[1] for p in pairs])
+    if repeats:
+        figures = {"latency_ms": mine.median_ms, "reference_latency_ms": reference.median_ms,
+                   "speedup": reference.median_ms / mine.median_ms if mine.median_ms > 0 else None}
+    return figures | {"latency_q1_ms": mine.q1_ms, "latency_q3_ms": mine.q3_ms, "reference_q1_ms": reference.q1_ms,
+                      "reference_q3_ms": reference.q3_ms, "speedup_clear": not mine.overlaps(reference),
+                      "attempts": len(pairs)}
+
+
+def _pair(trace_json: str) -> tuple[Spread, Spread] | None:
     try:
-        pair = spreads(Trace.model_validate_json(trace_json))
+        return spreads(Trace.model_validate_json(trace_json))
     except ValidationError:  # a row some tool wrote without a whole trace: its figures stand alone
-        return {}
-    if pair is None:
-        return {}
-    mine, reference = pair
-    return {"latency_q1_ms": mine.q1_ms, "latency_q3_ms": mine.q3_ms, "reference_q1_ms": reference.q1_ms,
-            "reference_q3_ms": reference.q3_ms, "speedup_clear": not mine.overlaps(reference)}
+        return None
+
+
+def _repeats(session: Session, problem_id: int, best: AttemptSummary, workloads: int) -> Pairs:
+    """The per-workload spreads of the best attempt's repeats: the other PASSED verdict attempts of its
+    solution on the problem, on the same device and hardware (a profile or inspect run is no verdict),
+    the latest REPEATS_LIMIT of them. One query, at most REPEATS_LIMIT rows a workload."""
+    hardware = AttemptRow.hardware.is_(None) if best.hardware is None else AttemptRow.hardware == best.hardware
+    repeated = (select(AttemptRow.id)
+                .where(AttemptRow.problem_id == problem_id, AttemptRow.solution_hash == best.solution_hash,
+                       AttemptRow.device == best.device, hardware, AttemptRow.status == PASSED,
+                       AttemptRow.kind == VERDICT_KIND, AttemptRow.id != best.id)
+                .order_by(AttemptRow.created_at.desc(), AttemptRow.id.desc()).limit(REPEATS_LIMIT).subquery())
+    rows = session.execute(
+        select(TraceRow.workload_uuid, TraceRow.trace_json).join(repeated, repeated.c.id == TraceRow.attempt_id)
+        .where(TraceRow.status == PASSED).limit(REPEATS_LIMIT * max(workloads, 1))).all()
+    pairs: Pairs = {}
+    for row in rows:
+        pair = _pair(row.trace_json)
+        if pair is not None:
+            pairs.setdefault(row.workload_uuid, []).append(pair)
+    return pairs

@@ -1,16 +1,18 @@
 """A speedup is said only where the solution's and the reference's intervals over their timed runs
-do not overlap; the CLI's table shows each latency with its interval and fits 80 columns."""
+(and over attempts, where one solution was evaluated in several) do not overlap; the CLI's table
+shows each latency with its interval and fits 80 columns."""
 
 from __future__ import annotations
 
 import io
 
+import pytest
 from rich.console import Console
 
 from kernelswarm.cli import _traces_table
 from services.evaluator.harness.timing import Latency
 from shared.schema import Status, Trace
-from shared.spread import SAME, latency_text, reference_text, speedup_text
+from shared.spread import SAME, Spread, combine, latency_text, reference_text, speedup_text
 
 
 def trace(latency: float, q1: float, q3: float, reference: float, rq1: float | None, rq3: float | None,
@@ -42,6 +44,22 @@ def test_a_charged_latency_has_no_interval_of_the_solutions_claim():
     charged = trace(1.0, 0.9, 1.1, 2.0, 1.9, 2.1, charged=1.95)  # the outer clock charged 1.95 ms a run
     assert latency_text(charged) == "1.95 [1.95–1.95]"
     assert speedup_text(charged) == SAME  # 1.95 lies inside the reference's [1.9, 2.1]
+
+
+def test_attempts_combine_into_the_median_of_medians_and_the_union_of_intervals():
+    parts = [Spread(0.50, 0.48, 0.52), Spread(0.55, 0.53, 0.60), Spread(0.52, 0.45, 0.54)]
+    assert combine(parts) == Spread(0.52, 0.45, 0.60)
+    assert combine(parts[:2]) == Spread(0.525, 0.48, 0.60)  # an even count: the middle two's mean
+    assert combine(parts[:1]) == parts[0]
+    with pytest.raises(ValueError):
+        combine([])
+
+
+def test_a_speedup_clear_in_each_attempt_may_be_inside_the_noise_over_them():
+    mine = [Spread(0.80, 0.78, 0.82), Spread(0.86, 0.84, 0.89)]
+    reference = [Spread(0.90, 0.88, 0.92), Spread(0.95, 0.93, 0.97)]
+    assert not any(m.overlaps(r) for m, r in zip(mine, reference))
+    assert combine(mine).overlaps(combine(reference))  # [0.78, 0.89] against [0.88, 0.97]
 
 
 def test_latency_quartiles_come_from_the_runs():

@@ -9,6 +9,7 @@ import pytest
 
 from services.web.charts import history_svg
 from services.web.problem_data import History, HistoryPoint
+from shared.db.models import AttemptRow
 from shared.repository import put_solution
 from shared.schema import Solution, Trace, load_problem
 from webseed import PROBLEMS, T0
@@ -119,6 +120,8 @@ def test_each_latency_has_its_interval_and_a_speedup_inside_the_noise_is_about_o
     assert by_uuid["clear"]["speedup_clear"] is True and by_uuid["noise"]["speedup_clear"] is False
     assert (by_uuid["clear"]["latency_q1_ms"], by_uuid["clear"]["reference_q3_ms"]) == (0.48, 1.1)
     assert by_uuid["plain"]["speedup_clear"] is None and by_uuid["plain"]["latency_q1_ms"] is None
+    assert {w["attempts"] for w in by_uuid.values()} == {1}  # one attempt: its own figures, as they were
+    assert by_uuid["clear"]["latency_ms"] == 0.5 and by_uuid["clear"]["speedup"] == 2.0
 
     html = client.get("/problems/noisy").get_data(as_text=True)
     table = html[html.index('id="workload-results"'):]
@@ -128,6 +131,74 @@ def test_each_latency_has_its_interval_and_a_speedup_inside_the_noise_is_about_o
     assert "[0.4800–0.5200]" in rows["clear"] and "2.00x" in rows["clear"]
     assert "≈1x" in rows["noise"] and "1.05x" in rows["noise"]  # the measured figure in its title only
     assert "≈1x" not in rows["plain"] and "2.00x" in rows["plain"] and "interval" not in rows["plain"]
+    assert "over-attempts" not in html and " attempts</span>" not in table
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.fixture
+def repeated(seed, db):
+    """One solution PASSED in three verdict attempts on one H100, its workloads' intervals differing
+    from one to the next; around them, attempts that must not count: the same solution on another
+    hardware and another device, a profile run of it, a failed run of it, and another solution."""
+    problem = seed.problem("repeated")
+    # workload: (latency, q1, q3, reference, rq1, rq3) for the best attempt, then its two repeats
+    timings = {"apart": [(0.50, 0.48, 0.52, 1.00, 0.95, 1.05), (0.55, 0.53, 0.60, 1.02, 0.99, 1.08),
+                         (0.52, 0.45, 0.54, 0.98, 0.90, 1.01)],
+               "close": [(0.80, 0.78, 0.82, 0.90, 0.88, 0.92), (0.86, 0.84, 0.89, 0.95, 0.93, 0.97),
+                         (0.84, 0.83, 0.85, 0.90, 0.89, 0.91)]}  # each attempt clear alone, not over all three
+    best = seed.attempt(problem, "PASSED", speedup=1.5, sol_score=0.7, minute=1, device="h100", hardware=H100)
+    with db.session() as session:
+        solution = session.get(AttemptRow, best).solution_hash
+    same = {"solution_hash": solution, "device": "h100", "hardware": H100}
+    repeats = [seed.attempt(problem, "PASSED", speedup=1.4, sol_score=0.6, minute=2 + i, **same) for i in range(2)]
+    for i, attempt in enumerate([best, *repeats]):
+        for uuid, rows in timings.items():
+            latency, q1, q3, reference, rq1, rq3 = rows[i]
+            seed.trace(attempt, uuid, latency_ms=latency, reference_latency_ms=reference,
+                       intervals=(q1, q3, rq1, rq3), t_sol_ms=0.1, sol_score=0.7 - i / 10)
+    wide = (0.01, 9.0, 0.02, 9.5)  # an interval that would show wherever it was combined
+    others = [seed.attempt(problem, "PASSED", sol_score=0.5, minute=5, **(same | {"hardware": "NVIDIA H200"})),
+              seed.attempt(problem, "PASSED", sol_score=0.5, minute=6, **(same | {"device": "h200"})),
+              seed.attempt(problem, "PASSED", sol_score=0.5, minute=7, kind="profile", **same),
+              seed.attempt(problem, "RUNTIME_ERROR", minute=8, **same),
+              seed.attempt(problem, "PASSED", sol_score=0.5, minute=9, device="h100", hardware=H100)]
+    for attempt in others:
+        for uuid in timings:
+            seed.trace(attempt, uuid, latency_ms=1.0, reference_latency_ms=1.0, intervals=wide)
+    return {"best": best, "repeats": repeats}
+
+
+def test_a_solution_passed_in_several_attempts_shows_its_spread_over_them(client, repeated):
+    body = client.get("/api/problems/repeated").get_json()
+    assert body["best"]["id"] == repeated["best"]
+    by_uuid = {w["workload_uuid"]: w for w in body["per_workload"]}
+    apart, close = by_uuid["apart"], by_uuid["close"]
+
+    assert apart["attempts"] == close["attempts"] == 3  # neither another hardware, device, kind nor solution
+    assert (apart["latency_ms"], apart["latency_q1_ms"], apart["latency_q3_ms"]) == (0.52, 0.45, 0.60)
+    assert (apart["reference_latency_ms"], apart["reference_q1_ms"], apart["reference_q3_ms"]) == (1.00, 0.90, 1.08)
+    assert apart["speedup"] == pytest.approx(1.00 / 0.52) and apart["speedup_clear"] is True
+    assert (close["latency_q1_ms"], close["latency_q3_ms"], close["reference_q1_ms"]) == (0.78, 0.89, 0.88)
+    assert close["speedup_clear"] is False  # clear in each attempt, inside the noise over the three
+    assert (apart["t_sol_ms"], apart["sol_score"]) == (0.1, 0.7)  # the best attempt's own, as it was ranked
+
+    html = client.get("/problems/repeated").get_data(as_text=True)
+    table = html[html.index('id="workload-results"'):]
+    table = table[:table.index("</table>")]
+    rows = {uuid: re.search(rf"<tr><td class=\"name\">{uuid}</td>.*?</tr>", table, re.DOTALL).group(0)
+            for uuid in by_uuid}
+    assert "[0.4500–0.6000]" in rows["apart"] and "over 3 attempts" in rows["apart"] and "1.92x" in rows["apart"]
+    assert "≈1x" in rows["close"] and "over 3 attempts" in rows["close"]
+    assert 'id="over-attempts"' in html and "passed in 3 attempts" in html
+
+
+def test_one_attempts_own_figures_are_not_combined(client, repeated):
+    body = client.get(f"/api/attempts/{repeated['best']}").get_json()
+    apart = {w["workload_uuid"]: w for w in body["per_workload"]}["apart"]
+    assert apart["attempts"] == 1
+    assert (apart["latency_ms"], apart["latency_q1_ms"], apart["latency_q3_ms"]) == (0.5, 0.48, 0.52)
 
 
 def test_solution_download_is_the_stored_solution(client, rmsnorm):

@@ -82,9 +82,12 @@ class Seed:
         parent_hash: str | None = None,
         traces_hash: str | None = None,
         finished_at: datetime | None = None,
+        device: str = "cpu",
+        hardware: str | None = None,
+        kind: str = "evaluate",
     ) -> str:
         """One solution (unless `solution_hash` names a stored one) plus one attempt finished
-        `minute` minutes after T0 (in flight: not finished)."""
+        `minute` minutes after T0 (in flight: not finished); `kind` a verdict or a diagnostic tool's."""
         n = next(self._counter)
         attempt_id = str(uuid.uuid4())
         finished = status not in ("PENDING", "RUNNING")
@@ -97,10 +100,10 @@ class Seed:
                 session.flush()
             session.add(AttemptRow(
                 id=attempt_id, problem_id=problem_id, solution_hash=solution_hash, campaign_id=campaign_id,
-                status=status, device="cpu", workloads_total=2, workloads_passed=2 if passed else 0,
-                latency_ms=latency_ms, speedup=speedup, sol_score=sol_score, model=model, tokens=tokens,
-                gpu_seconds=gpu_seconds, message=message, worker=worker, evaluator=evaluator,
-                started_at=started_at, traces_hash=traces_hash,
+                status=status, device=device, hardware=hardware, kind=kind, workloads_total=2,
+                workloads_passed=2 if passed else 0, latency_ms=latency_ms, speedup=speedup, sol_score=sol_score,
+                model=model, tokens=tokens, gpu_seconds=gpu_seconds, message=message, worker=worker,
+                evaluator=evaluator, started_at=started_at, traces_hash=traces_hash,
                 created_at=T0 + timedelta(minutes=minute) - timedelta(seconds=30),
                 finished_at=(finished_at or T0 + timedelta(minutes=minute)) if finished else None,
             ))
