@@ -16,6 +16,8 @@ from sqlalchemy.exc import IntegrityError
 from shared.db import Base, Database, ProblemRow, SolutionRow, migrate
 from shared.db.session import alembic_config
 
+pytestmark = pytest.mark.fresh_migrations  # these test the migrations: each database runs them all
+
 
 def sqlite_url(path: Path) -> str:
     return f"sqlite:///{path}"
