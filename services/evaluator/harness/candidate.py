@@ -103,6 +103,7 @@ def run_candidate(job: CandidateJob, definition: Definition, workload: Workload,
             NaN (the buffers of a destination-passing call; else where its returned outputs are
             copied). Timed run i has set i to itself; an address used before holds other values now."""
             source = timed[i] if i >= 0 else warm
+            staged.clear()  # the last run's copy freed first: one copy of a set alive at a time
             fresh = {n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in source.items()}
             staged[:] = [(fresh, (empty_outputs if dps else empty_holding)(definition, axes, device))]
             settle()  # after this run's memory was taken: the last run's outputs' memory is free for it

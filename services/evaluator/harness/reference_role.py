@@ -224,6 +224,7 @@ def _time_as_candidate(fn: Callable[..., Any], definition: Definition, workload:
     axes = definition.resolve_axes(workload.axes)
 
     def prepare(i: int) -> None:
+        staged.clear()  # the last run's copy freed first, as the candidate's
         staged[:] = [{n: v.clone() if isinstance(v, torch.Tensor) else v for n, v in source(i).items()},
                      empty_holding(definition, axes, device)]
         if returned:
