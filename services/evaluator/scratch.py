@@ -19,12 +19,9 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from shared.process import start_time
-
-if TYPE_CHECKING:
-    from services.evaluator.config import EvalConfig
 
 PREFIX = "ks-"
 ROLES = ("att", "can", "ref")  # attempt folders, and the candidate's and reference's spare folders
@@ -105,9 +102,10 @@ def hand_over_reference(home: Path, inputs: Path, timed: Path, ids: tuple[int, i
             os.chown(path, *ids)
 
 
-def scratch_root(config: EvalConfig) -> str | None:
+def scratch_root(config: Any) -> str | None:
     """Expected and output sets (and the input sets not made again in the candidate) go through
-    files: prefer memory-backed /dev/shm when it has room."""
+    files: prefer memory-backed /dev/shm when it has room. `config`: an `EvalConfig` (not imported:
+    the config imports the spares, which import this module)."""
     if config.scratch_dir is not None:
         config.scratch_dir.mkdir(parents=True, exist_ok=True)
         return str(config.scratch_dir)
