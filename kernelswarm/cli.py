@@ -212,11 +212,12 @@ def _started_children(config, problem, solution):
     this process's own imports and context, the build and each other instead of coming one after
     another (a one-shot pool: nothing replaces a child taken)."""
     from services.evaluator.scratch import scratch_root
-    from services.evaluator.spares import Spares, spare_homes
+    from services.evaluator.spares import Spares, reference_ids, spare_homes
     from shared.schema import Language
 
     spares = Spares(config.device, scratch_root(config), config.fork_server, replace=False)
-    spares.start_ahead(spare_homes(problem.root, solution.spec.language is Language.CUDA and config.replay))
+    timer = solution.spec.language is Language.CUDA and config.replay
+    spares.start_ahead(spare_homes(problem.root, timer, reference_ids(problem.root)))
     return spares
 
 

@@ -274,10 +274,12 @@ def _run(problem: Problem, solution: Solution, workloads: list[Workload], build:
     checker = reference.checker
     try:
         if runnable and checker is None:  # its results are in, but it ended before it could check
-            why = (f" (it went over its host-memory bound of {reference.memory_exceeded_bytes / 2**30:.1f} GiB and "
-                   f"was killed by the kernel; on a CPU the input sets it saves in /dev/shm count there)"
-                   if reference.memory_exceeded_bytes else
-                   f" (exit code {reference.exit_code})" if reference.exit_code is not None else "")
+            why = ""
+            if reference.memory_exceeded_bytes:
+                why = (f" (it went over its host-memory bound of {reference.memory_exceeded_bytes / 2**30:.1f} GiB "
+                       f"and was killed by the kernel; on a CPU the input sets it saves in /dev/shm count there)")
+            elif reference.exit_code is not None:
+                why = f" (exit code {reference.exit_code})"
             for index in runnable:
                 outcomes[index] = _Outcome(Status.INVALID_REFERENCE, "the reference's process ended before it "
                                            f"could check the solution's outputs{why}:\n{reference.log}")

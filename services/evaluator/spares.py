@@ -17,7 +17,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from services.evaluator.sandbox import memcap
 from services.evaluator.protocol import READY_FILE
@@ -147,23 +146,23 @@ def spare_sees(problem_root: Path | None, ids: tuple[int, int] | None) -> bool:
     return ids == unprivileged_ids("reference")
 
 
-def spare_homes(problem_root: Path | None, timer: bool, ids: Any = "unset") -> dict[str, str]:
+def spare_homes(problem_root: Path | None, timer: bool, ids: tuple[int, int] | None) -> dict[str, str]:
     """The spares an attempt takes, by role (role -> its home's name): the candidate's, the
-    reference's where a spare can serve the problem (`spares.spare_sees`), the `cuda` timer's where
-    `timer`. `kernelswarm eval` starts these together, ahead of the build."""
-    ids = ids if ids != "unset" else reference_ids(problem_root, warn=False)
+    reference's where a spare can serve the problem (`spare_sees`; `ids`: `reference_ids`), the
+    `cuda` timer's where `timer`. `kernelswarm eval` starts these together, ahead of the build."""
     homes = {role: home for role, home in HOMES.items() if role != "reference" or spare_sees(problem_root, ids)}
     if timer:
         homes["timer"] = HOMES["candidate"]
     return homes
 
 
-def reference_ids(problem_root: Path | None, warn: bool = True) -> tuple[int, int] | None:
+def reference_ids(problem_root: Path | None) -> tuple[int, int] | None:
     """The reference's identity: its own user, or the evaluator's uid without capabilities where
-    its problem's folder is not readable by others (a root-only home): it must read its data."""
+    its problem's folder is not readable by others (a root-only home): it must read its data. The
+    warning about such a folder is logged once per process."""
     ids = unprivileged_ids("reference")
     if ids is not None and problem_root is not None and not readable_by_others(problem_root):
-        if warn and str(problem_root) not in _UNREADABLE:
+        if str(problem_root) not in _UNREADABLE:
             _UNREADABLE.add(str(problem_root))
             log.warning("the problem folder %s is not readable by others: its reference runs as the evaluator's "
                         "uid without capabilities, not as a user of its own", problem_root)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from services.evaluator.evaluate import evaluate
-from services.evaluator.spares import Spares, spare_homes
+from services.evaluator.spares import Spares, reference_ids, spare_homes
 from shared.schema import Status
 from evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
 
@@ -129,7 +129,7 @@ def test_a_one_shot_pool_serves_one_attempt_and_starts_nothing_more(problem, tmp
     attempt, taken by it, and none started in their place."""
     pool = Spares("cpu", str(tmp_path), replace=False)
     try:
-        pool.start_ahead(spare_homes(problem.root, timer=False))
+        pool.start_ahead(spare_homes(problem.root, False, reference_ids(problem.root)))
         pool._started()  # the starting thread done, to read what it started
         started = _waiting(pool)
         assert set(started) == {"reference", "candidate"}
@@ -146,9 +146,9 @@ def test_a_one_shot_pool_serves_one_attempt_and_starts_nothing_more(problem, tmp
 def test_spare_homes_leave_out_a_reference_that_cannot_see_its_problem():
     inside_tmp = Path(tempfile.mkdtemp(prefix="ks-spares-"))
     try:
-        assert set(spare_homes(inside_tmp, timer=False)) == {"candidate"}
-        assert set(spare_homes(inside_tmp, timer=True)) == {"candidate", "timer"}
-        assert set(spare_homes(None, timer=False)) == {"reference", "candidate"}
+        assert set(spare_homes(inside_tmp, False, reference_ids(inside_tmp))) == {"candidate"}
+        assert set(spare_homes(inside_tmp, True, reference_ids(inside_tmp))) == {"candidate", "timer"}
+        assert set(spare_homes(None, False, reference_ids(None))) == {"reference", "candidate"}
     finally:
         shutil.rmtree(inside_tmp, ignore_errors=True)
 
@@ -158,13 +158,13 @@ def test_an_attempt_takes_spares_still_starting_and_close_waits_for_them(problem
     (none started twice); `close` right after `start_ahead` stops what the thread started."""
     pool = Spares("cpu", str(tmp_path), replace=False)
     try:
-        pool.start_ahead(spare_homes(problem.root, timer=False))
+        pool.start_ahead(spare_homes(problem.root, False, reference_ids(problem.root)))
         result = evaluate(problem, make_solution(GOOD), dataclasses.replace(FAST, spares=pool))
         assert result.status is Status.PASSED, result.message
         assert pool._ready == {} and pool._starting is None
     finally:
         pool.close()
     other = Spares("cpu", str(tmp_path), replace=False)
-    other.start_ahead(spare_homes(problem.root, timer=False))
+    other.start_ahead(spare_homes(problem.root, False, reference_ids(problem.root)))
     other.close()
     assert other._ready == {} and not [p for p in tmp_path.iterdir() if p.name.startswith("ks-")]

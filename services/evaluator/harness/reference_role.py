@@ -213,10 +213,10 @@ def _time_as_candidate(fn: Callable[..., Any], definition: Definition, workload:
     the timed call, the check's floor taken off each host sample (`guards.guard_floor_ms`); once
     the run is over, untimed, its outputs copied into those buffers and their own memory freed
     (`entry.hold`), in the same order as there, so that the allocator hands both sides' runs the
-    same kind of memory. At most one timed run per timed set, as there. (The check inside the call
-    costs more than its floor right after work that leaves threads spinning, as torch's parallel
-    CPU kernels do: 50-75 us against a 6 us floor on the 2-core CPU VM after a 1M-element add,
-    2026-12-07; so both sides make it rather than one side subtracting a guess.)"""
+    same kind of memory. At most one timed run per timed set, as there. (The check's cost beyond
+    its floor varies with what ran before it; both sides making it keeps that on both sides. The
+    signal guard's system calls, which cost up to 100 us there, run after the end reading:
+    `guards.Guard.check_after_call`.)"""
     check = state["guard"].check_call
     staged: list[Any] = []
     returned: list[tuple[dict[str, Any], dict[str, torch.Tensor]]] = []

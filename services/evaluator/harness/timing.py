@@ -137,10 +137,11 @@ def time_runs(run: Callable[[int], object], device: torch.device, plan: TimingPl
               host_overhead_ms: float = 0.0, after: Callable[[int], object] | None = None) -> Latency:
     """Time `run(i)` (i = timed run number, negative for the warm-up runs, so that callers can
     give every run its own input set); `prepare(i)`, if given, runs untimed just before `run(i)`;
-    `begin()`, if given, once after the warm-up (a number it returns caps the timed runs). On the host, `host_overhead_ms` is taken off every
-    sample: the least the harness's own work inside `run` costs (the candidate's guard check),
-    measured before the solution loaded (`guards.guard_floor_ms`). `after(i)`, if given, runs
-    right after each run's end reading (the candidate's signal guard, `Guard.check_after_call`)."""
+    `begin()`, if given, once after the warm-up (a number it returns caps the timed runs). On the
+    host, `host_overhead_ms` is taken off every sample: the least the harness's own work inside
+    `run` costs (the guard's cheap check, made on both sides), measured before the solution or the
+    reference loaded (`guards.guard_floor_ms`). `after(i)`, if given, runs right after each run's
+    end reading (the candidate's signal guard, `Guard.check_after_call`)."""
     launches: list[float] = []
     for i in range(-plan.warmup_runs, 0):
         if prepare is not None:
