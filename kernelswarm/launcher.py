@@ -28,6 +28,8 @@ if TYPE_CHECKING:
     from services.web.status_data import SupervisedProcess
 
 GRACE_S = 30.0
+STOP_WAIT_S = 15.0  # for the workers' warm shutdown, SIGTERM to SIGKILL
+CUT_OFF_WAIT_S = 3.0  # the same, once the attempts in flight have had their GRACE_S: for the idle ones
 MAX_RESTARTS = 5  # a process that exits this often within RESTART_WINDOW_S is left dead (and `up` stops)
 RESTART_WINDOW_S = 600.0
 RESTART_BACKOFF_S = 1.0  # the wait before each restart within the window: 0, 1, 2, 4, 8 s
@@ -260,14 +262,14 @@ class Services:
                                       restarts=self.restart_counts.get(name, 0), last_exit=self.last_exits.get(name))
                     for name, p in self.processes.items()]
 
-    def stop(self) -> None:
-        """Stop the Celery workers (SIGTERM, then SIGKILL after 15 s); Redis is left to its owner,
-        which stops it after the web."""
+    def stop(self, wait_s: float = STOP_WAIT_S) -> None:
+        """Stop the Celery workers (SIGTERM: each finishes the task it runs, then SIGKILL after
+        `wait_s`); Redis is left to its owner, which stops it after the web."""
         workers = [p for name, p in self.processes.items() if name != REDIS]
         for process in workers:
             if process.poll() is None:
                 process.terminate()
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + wait_s
         for process in workers:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))

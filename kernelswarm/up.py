@@ -10,7 +10,8 @@ from rich.console import Console
 from sqlalchemy import func, or_, select
 
 from kernelswarm.endpoints_watch import EndpointWatch
-from kernelswarm.launcher import GRACE_S, Exit, RedisServer, Services, WebServer, port_is_free
+from kernelswarm.launcher import (CUT_OFF_WAIT_S, GRACE_S, STOP_WAIT_S, Exit, RedisServer, Services, WebServer,
+                                  port_is_free)
 from services.planner.campaign import add_problems, create_campaign, pause_campaign, resume_campaign, stop_campaign
 from services.planner.tick import IDLE, RUNNING, STOPPED
 from services.web.tokens import check_submit_token
@@ -76,8 +77,10 @@ def run_up(settings: Settings, duration_s: float | None, new_campaign: bool = Fa
         signal.signal(signal.SIGTERM, previous)
         if _state(db, campaign_id)[0] != STOPPED:  # stopped meanwhile (`campaign stop`): it stays so
             pause_campaign(db, campaign_id, PAUSED_BY_UP)
-        _drain(db, campaign_id, started_at, services, out)
-        services.stop()
+        left = _drain(db, campaign_id, started_at, services, out)
+        if left:  # they had their GRACE_S: the workers still busy with them are not waited for again
+            out.print(f"stopping with {left} attempt(s) still in flight after {GRACE_S:.0f} s", highlight=False)
+        services.stop(wait_s=CUT_OFF_WAIT_S if left else STOP_WAIT_S)
         if web is not None:
             web.stop()
         if redis_server is not None:
@@ -129,8 +132,8 @@ def cpu_sized(problems: list[Problem]) -> tuple[list[Problem], list[str]]:
     kept, left_out = [], []
     for problem in problems:
         try:
-            works = [count_work(problem.definition, w, problem.root, cpu_budget_bytes=0) for w in problem.workloads]
-            small = all(sum(w.matrix_flops.values()) + w.vector_flops <= CPU_MAX_FLOPS
+            works = (count_work(problem.definition, w, problem.root, cpu_budget_bytes=0) for w in problem.workloads)
+            small = all(sum(w.matrix_flops.values()) + w.vector_flops <= CPU_MAX_FLOPS  # stops at the first large one
                         and w.read_bytes + w.write_bytes <= CPU_MAX_BYTES for w in works)
         except SolCountError:
             small = False
@@ -230,16 +233,18 @@ def _progress(db: Database, campaign_id: int) -> dict[str, str]:
     return lines
 
 
-def _drain(db: Database, campaign_id: int, since: datetime, services: Services, out: Console) -> None:
+def _drain(db: Database, campaign_id: int, since: datetime, services: Services, out: Console) -> int:
     """Let attempts already sent finish (up to GRACE_S), so none is cut off half-way: the campaign's
-    and those without a campaign recorded since `since` (a problem submitted on the web)."""
+    and those without a campaign recorded since `since` (a problem submitted on the web). Returns
+    how many are still in flight."""
     deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline and not services.dead():
+    while not services.dead():
         in_flight = _in_flight(db, campaign_id, since)
-        if in_flight == 0:
-            return
+        if in_flight == 0 or time.monotonic() >= deadline:
+            return in_flight
         out.print(f"waiting for {in_flight} attempt(s) in flight", highlight=False)
         time.sleep(2.0)
+    return _in_flight(db, campaign_id, since)
 
 
 def _in_flight(db: Database, campaign_id: int, since: datetime) -> int:

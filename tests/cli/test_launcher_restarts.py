@@ -84,7 +84,8 @@ def db(tmp_path):
     database.dispose()
 
 
-@pytest.mark.database_agnostic("up's queries, run on PostgreSQL by tests/cli/test_up_campaign.py and tests/e2e")
+@pytest.mark.database_agnostic("up's queries, run on PostgreSQL by tests/cli/test_up_campaign.py and "
+                               "tests/cli/test_up_drain.py")
 def test_redis_killed_outright_is_reaped_named_and_started_again_on_its_port(tmp_path, db):
     server = RedisServer(tmp_path / "redis")
     services = QuickServices(Settings(home=tmp_path), tmp_path / "logs", redis=server)
@@ -155,7 +156,8 @@ class CrashingServices(Services):
         self.processes[name] = subprocess.Popen([sys.executable, "-c", EXITING])
 
 
-@pytest.mark.database_agnostic("up's queries, run on PostgreSQL by tests/cli/test_up_campaign.py and tests/e2e")
+@pytest.mark.database_agnostic("up's queries, run on PostgreSQL by tests/cli/test_up_campaign.py and "
+                               "tests/cli/test_up_drain.py")
 def test_up_stops_with_a_non_zero_exit_code_when_a_process_keeps_exiting(tmp_path, monkeypatch, capsys):
     prepare_up(tmp_path, monkeypatch, CrashingServices)
     monkeypatch.setenv("COLUMNS", "400")  # one console line per message

@@ -61,3 +61,20 @@ def test_the_drain_ends_at_once_when_nothing_is_in_flight(tmp_path, db):
     started = time.monotonic()
     up._drain(db, 1, utcnow(), services, Console(file=io.StringIO()))
     assert time.monotonic() - started < 1
+
+
+def test_the_drain_gives_up_after_its_grace_and_says_how_many_are_left(tmp_path, db, monkeypatch):
+    """What is still in flight after GRACE_S is returned, so that `up` kills the busy workers at once
+    instead of waiting for their warm shutdown as well."""
+    with db.session() as session:
+        session.add(ProblemRow(name="p", op_type="gemm", definition_json="{}", workloads_jsonl=""))
+        campaign = CampaignRow(name="up", status="PAUSED", device="cpu")
+        session.add(campaign)
+        session.flush()
+        campaign_id = campaign.id
+    add_attempt(db, campaign_id, "RUNNING", utcnow())
+    monkeypatch.setattr(up, "GRACE_S", 0.0)
+    shown = io.StringIO()
+    assert up._drain(db, campaign_id, START, Services(Settings(home=tmp_path), tmp_path / "logs"),
+                     Console(file=shown)) == 1
+    assert "waiting" not in shown.getvalue()

@@ -51,7 +51,8 @@ def ask_healthz(port: int, answered: list[int]) -> None:
             time.sleep(0.1)
 
 
-@pytest.mark.database_agnostic("up's queries, run on PostgreSQL by tests/cli/test_up_campaign.py and tests/e2e")
+@pytest.mark.database_agnostic("up's queries, run on PostgreSQL by tests/cli/test_up_campaign.py and "
+                               "tests/cli/test_up_drain.py")
 def test_the_webs_requests_go_to_its_log_file_not_to_the_console(tmp_path, monkeypatch, capsys):
     port = prepare_up(tmp_path, monkeypatch, WaitingServices)
     console = Records()  # what reaches the root logger's handlers, the console's among them

@@ -181,3 +181,51 @@ def test_matched_ratio_is_an_exact_count() -> None:
     check = compare("y", actual, expected, tol(required_matched_ratio=(n - 1) / n))
     assert check.status is Status.PASSED, check.message
     assert check.matched_ratio == (n - 1) / n
+
+
+def _specials(shape: tuple[int, ...], seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A bf16 pair: noise around the expected values, and NaN and infinities strewn over both (some
+    at the same places), across chunk boundaries."""
+    g = torch.Generator().manual_seed(seed)
+    expected = torch.randn(shape, generator=g, dtype=torch.float64)
+    actual = expected + torch.randn(shape, generator=g, dtype=torch.float64) * 1e-2
+    specials = torch.tensor([math.nan, math.inf, -math.inf, 0.0, 1e30], dtype=torch.float64)
+    for tensor, count in ((expected, 40), (actual, 40)):
+        where = torch.randint(0, tensor.numel(), (count,), generator=g)
+        tensor.view(-1)[where] = specials[torch.randint(0, 5, (count,), generator=g)]
+    both = torch.randint(0, expected.numel(), (20,), generator=g)
+    actual.view(-1)[both] = expected.view(-1)[both] = specials[torch.randint(0, 5, (20,), generator=g)]
+    return actual.to(torch.bfloat16), expected.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("required", [1.0, 0.99])
+@pytest.mark.parametrize("allow", [False, True])
+def test_the_cpu_compares_a_chunk_at_a_time_with_the_same_verdict_figures_and_worst_element(
+        monkeypatch: pytest.MonkeyPatch, seed: int, required: float, allow: bool) -> None:
+    """The same figures as one pass over the whole tensor (CPU_CHUNK larger than it), the worst
+    element included, for a tensor that spans several chunks (2.3 of the default size)."""
+    from services.evaluator.harness import correctness
+
+    actual, expected = _specials((600, 1000), seed)
+    tolerance = tol(max_atol=0.01, max_rtol=0.01, required_matched_ratio=required, allow_negative_inf=allow)
+    chunked = compare("y", actual, expected, tolerance)
+    monkeypatch.setattr(correctness, "CPU_CHUNK", 1 << 30)
+    whole = compare("y", actual, expected, tolerance)
+    assert correctness.CPU_CHUNK > actual.numel() > 2 * (1 << 18)
+    assert ((chunked.status, chunked.message, chunked.matched_ratio)
+            == (whole.status, whole.message, whole.matched_ratio))
+    for figure in ("max_absolute_error", "max_relative_error"):
+        assert (math.isnan(getattr(chunked, figure)) and math.isnan(getattr(whole, figure))
+                or getattr(chunked, figure) == getattr(whole, figure))
+
+
+def test_a_single_wrong_element_in_a_later_chunk_is_counted_and_named() -> None:
+    expected = torch.zeros(3 * (1 << 18), dtype=torch.float32)
+    actual = expected.clone()
+    actual[2 * (1 << 18) + 5] = 2.0
+    check = compare("y", actual, expected, EXACT)
+    assert check.status is Status.INCORRECT_NUMERICAL
+    assert check.matched_ratio == (expected.numel() - 1) / expected.numel()
+    assert check.max_absolute_error == 2.0
+    assert f"worst at [{2 * (1 << 18) + 5}]: got 2, expected 0" in check.message
