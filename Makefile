@@ -5,6 +5,10 @@ TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Debian packages: `apt-get update` only where the package lists are missing or over an hour old,
+# so that a clean machine's four installs update them once.
+APT_INSTALL = $(SUDO) sh -c 'find /var/lib/apt/lists -maxdepth 1 -name "*_Packages*" -mmin -60 | grep -q . \
+	|| apt-get update -qq; apt-get install -y -qq "$$@"' apt-install
 
 .PHONY: setup run test redis chromium postgresql compose local-bases compose-test clean
 
@@ -18,20 +22,20 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 redis:
-	@command -v redis-server >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq redis-server; }
+	@command -v redis-server >/dev/null || $(APT_INSTALL) redis-server
 
 # Headless Chromium and its driver for the browser tests (tests/web/test_browser.py): Debian's own.
 chromium:
-	@{ command -v chromium && command -v chromedriver; } >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq chromium chromium-driver; }
+	@{ command -v chromium && command -v chromedriver; } >/dev/null || $(APT_INSTALL) chromium chromium-driver
 
 # PostgreSQL for the suite's second pass (tests/conftest.py starts its own server): Debian's own.
 postgresql:
-	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq postgresql; }
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || $(APT_INSTALL) postgresql
 
 # docker-compose 1.29 checks docker-compose.yml (tests/deploy) without a Docker engine; without its
 # recommends it does not pull in the engine (16 small packages instead of about 290 MB).
 compose:
-	@command -v docker-compose >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq --no-install-recommends docker-compose; }
+	@command -v docker-compose >/dev/null || $(APT_INSTALL) --no-install-recommends docker-compose
 
 # The CPU cluster under docker compose, end to end (docs/deploy.md, "make compose-test"): installs and
 # starts a Docker engine when missing, builds registry-free bases, runs a campaign through the stack,
