@@ -53,8 +53,8 @@ run: setup
 # lists them; the others cannot tell the two apart). tests/conftest.py says how.
 DB_TESTS := .pytest_cache/db-tests.txt
 test: setup postgresql compose
-	$(VENV)/bin/pytest -q --db-tests-out=$(DB_TESTS)
-	KERNELSWARM_TEST_DATABASE=postgresql $(VENV)/bin/pytest -q -x --db-tests-only=$(DB_TESTS)
+	$(VENV)/bin/pytest -q --durations=25 --db-tests-out=$(DB_TESTS)
+	KERNELSWARM_TEST_DATABASE=postgresql $(VENV)/bin/pytest -q -x --durations=15 --db-tests-only=$(DB_TESTS)
 
 clean:
 	rm -rf .kernelswarm

@@ -151,7 +151,8 @@ def figure(text: str) -> float | None:
     return None if text.strip() in ("—", "") else float(re.match(r"[\d.]+", text.strip()).group(0))
 
 
-def test_leaderboard_loads_sorts_and_filters(site, browser, shots):
+def test_leaderboard_loads_sorts_and_filters(site, browser, shots, monkeypatch):
+    monkeypatch.setattr(leaderboard_page, "REFRESH_S", 2)  # the page's own refresh, waited for below
     browser.get(site.url + "/")
     assert browser.find_element(By.TAG_NAME, "h1").text == "Leaderboard"
     rows = browser.find_elements(By.CSS_SELECTOR, "#leaderboard tbody tr")
