@@ -50,11 +50,10 @@ run: setup
 	$(VENV)/bin/kernelswarm up --device cpu
 
 # The whole suite on SQLite, then on PostgreSQL every test that uses a database (the SQLite pass
-# lists them; the others cannot tell the two apart). tests/conftest.py says how.
-DB_TESTS := .pytest_cache/db-tests.txt
+# lists them; the others cannot tell the two apart), in two halves side by side: tests/run_suite.sh,
+# tests/conftest.py say how. `make test PYTEST_ARGS=-x` passes options on.
 test: setup postgresql compose
-	$(VENV)/bin/pytest -q --durations=25 --db-tests-out=$(DB_TESTS)
-	KERNELSWARM_TEST_DATABASE=postgresql $(VENV)/bin/pytest -q -x --durations=15 --db-tests-only=$(DB_TESTS)
+	PYTEST=$(VENV)/bin/pytest tests/run_suite.sh $(PYTEST_ARGS)
 
 clean:
 	rm -rf .kernelswarm
