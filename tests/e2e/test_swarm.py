@@ -137,9 +137,7 @@ def test_up_stops_by_itself_and_leaves_a_leaderboard(tmp_path, small_library):
         up = subprocess.run([*cli, "up", "--device", "cpu", "--duration", "8", "--port", str(free_port())],
                             env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     except subprocess.TimeoutExpired as stuck:  # its services die with it; say what they were doing
-        logs = "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
-                         for p in sorted((tmp_path / "home" / "logs").glob("*.log")))
-        pytest.fail(f"`up` did not stop: {stuck.stderr}\n{logs}")
+        pytest.fail(f"`up` did not stop: {stuck.stderr}\n{_logs(tmp_path)}")
     assert up.returncode == 0, up.stderr[-4000:]
     assert "attempts:" in up.stderr  # progress was shown
     board = subprocess.run([*cli, "leaderboard", "--json"], env=env, cwd=tmp_path, capture_output=True,
