@@ -3,13 +3,19 @@
 The build key is the SHA-256 of everything that decides the cubin (sources, flags, tunables, target
 architecture, nvcc's version); a cubin already in the cache under that key is reused, so building
 the same candidate twice calls no compiler. Runs wherever nvcc is; needs no GPU.
+
+A solution's text drives the compiler, so the build is untrusted work: its options pass an
+allow-list first (`flags`), the preprocessor's pass says which files it opened and any outside the
+solution's folder, the toolkit and the system headers refuses the build (`includes`), and every
+compiler run is confined like a candidate (`isolation.run_confined`: its own folder writable,
+nothing else, no network, no capabilities or `nobody`). Its messages never carry a file outside
+(`includes.compiler_excerpt`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import subprocess
 import time
@@ -19,11 +25,14 @@ from pathlib import Path
 from typing import Protocol
 
 from services.evaluator.languages import Built
+from services.evaluator.languages.flags import refused_build, without_ptxas
+from services.evaluator.languages.includes import (MAX_LOG_CHARS, check_includes, compiler_excerpt, readable_roots,
+                                                   toolkit_env)
+from services.evaluator.sandbox.isolation import run_confined
 from shared.schema import Solution
 
 CUBIN_FILE = "kernels.cubin"  # in the solution's folder, where the candidate's `kernels` handle reads it
 BUILD_TIMEOUT_S = 120.0
-MAX_LOG_CHARS = 3000
 UNITY_FILE = "__kernelswarm_unity.cu"
 BASE_FLAGS = ("-O3", "-lineinfo", "-std=c++17")
 # Compute capability -> the target the cubin is built for ("a" targets unlock wgmma, tcgen05...).
@@ -106,23 +115,48 @@ def build_cubin(solution: Solution, arch: str, tunables: dict[str, object], work
     units = [s.path for s in solution.sources if s.path.endswith(".cu")]
     if not units:
         return Cubin(False, key, "a `cuda` solution needs at least one .cu source")
-    write_sources(solution, workdir)
-    (workdir / UNITY_FILE).write_text("".join(f'#include "{unit}"\n' for unit in units))
-    extra = solution.spec.compile_options.cuda_cflags if solution.spec.compile_options else []
-    command = [nvcc, "-cubin", gencode(arch), *BASE_FLAGS, *extra, *define_flags(tunables),
-               "-o", "kernels.cubin", UNITY_FILE]
-    try:
-        done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return Cubin(False, key, f"nvcc ran past {timeout_s:.0f} s and was stopped",
-                     seconds=time.monotonic() - started)
+    flags = nvcc_flags(solution, arch, tunables)
+    why = refused_build(solution, define_flags(tunables))
+    if why:
+        return Cubin(False, key, why)
+    log = compile_confined(nvcc, solution, flags, workdir, timeout_s)
     seconds = time.monotonic() - started
-    if done.returncode != 0:
-        return Cubin(False, key, compiler_excerpt(done.stdout + done.stderr, workdir), seconds=seconds)
-    data = (workdir / "kernels.cubin").read_bytes()
+    if log is not None:
+        return Cubin(False, key, log, seconds=seconds)
+    data = (workdir / CUBIN_FILE).read_bytes()
     if cache is not None:
         cache.put_build(key, data)
     return Cubin(True, key, "", data, seconds=seconds)
+
+
+def nvcc_flags(solution: Solution, arch: str, tunables: dict[str, object]) -> list[str]:
+    """nvcc's options for a cubin of `solution` (the allow-list checks the solution's part: `flags`)."""
+    extra = solution.spec.compile_options.cuda_cflags if solution.spec.compile_options else []
+    return [gencode(arch), *BASE_FLAGS, *extra, *define_flags(tunables)]
+
+
+def compile_confined(nvcc: str, solution: Solution, flags: list[str], workdir: Path, timeout_s: float,
+                     output: list[str] | None = None) -> str | None:
+    """Write the sources and their one translation unit into `workdir`, check what the
+    preprocessor opens (`flags` but ptxas's), then run nvcc with `flags` there, confined, into
+    `CUBIN_FILE`; None where it made it, else the COMPILE_ERROR's message. `output`: nvcc's own
+    output is appended to it."""
+    write_sources(solution, workdir)
+    units = [s.path for s in solution.sources if s.path.endswith(".cu")]
+    (workdir / UNITY_FILE).write_text("".join(f'#include "{unit}"\n' for unit in units))
+    roots = readable_roots(nvcc)
+    refused = check_includes(nvcc, without_ptxas(flags), UNITY_FILE, workdir, timeout_s, roots)
+    if refused is not None:
+        return refused
+    done = run_confined([nvcc, "-cubin", *flags, "-o", CUBIN_FILE, UNITY_FILE], workdir, timeout_s,
+                        env=toolkit_env(nvcc))
+    if output is not None:
+        output.append(done.output)
+    if done.timed_out:
+        return f"nvcc ran past {timeout_s:.0f} s and was stopped"
+    if done.exit_code != 0:
+        return compiler_excerpt(done.output, workdir, roots)
+    return None
 
 
 def from_cache(cache: BuildCache | None, key: str) -> Cubin | None:
@@ -141,16 +175,3 @@ def write_sources(solution: Solution, folder: Path) -> None:
         path = folder / source.path
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(source.content)
-
-
-_ERROR_LINE = re.compile(r"(error|fatal|ptxas)", re.IGNORECASE)
-
-
-def compiler_excerpt(output: str, workdir: Path) -> str:
-    """The error lines with the line after each (nvcc prints the offending code there), paths
-    made relative; capped so that an agent's context is not flooded."""
-    lines = [line.replace(f"{workdir}/", "") for line in output.splitlines()]
-    keep = sorted({j for i, line in enumerate(lines) if _ERROR_LINE.search(line)
-                   for j in range(i, min(i + 3, len(lines)))})
-    text = "\n".join(lines[j] for j in keep) or "\n".join(lines[-30:])
-    return text if len(text) <= MAX_LOG_CHARS else text[:MAX_LOG_CHARS] + "\n... (truncated)"

@@ -318,6 +318,65 @@ def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_s
     return _spawner().submit(spawn).result(), channel  # pass_fds keeps its number
 
 
+@dataclass(frozen=True)
+class ProgramRun:
+    """What `run_confined` saw: the program's exit code (None: stopped at its timeout), its output
+    (stdout and stderr together, the first `PROGRAM_OUTPUT_BYTES`), its wall time."""
+    exit_code: int | None
+    output: str
+    seconds: float
+
+    @property
+    def timed_out(self) -> bool:
+        return self.exit_code is None
+
+
+PROGRAM_OUTPUT_BYTES = 1 << 20
+
+
+def run_confined(command: list[str], workdir: Path, timeout_s: float, env: dict[str, str] | None = None,
+                 visible: tuple[Path, ...] = ()) -> ProgramRun:
+    """Run an arbitrary program (a compiler, a disassembler, a build's interpreter) on untrusted
+    input, confined as a candidate is (`confine`): rlimits, the OOM killer's first choice, a memory
+    cgroup where one can be made, a network namespace, a private view in which only `workdir` is
+    writable and none of the scratch folders beside it is seen (`visible`: folders below a scratch
+    mount it may read), the candidate's identity (`nobody`) or, where it cannot take it, no
+    capabilities; a scrubbed environment (`scrubbed_env`, HOME and TMPDIR its `workdir`) with `env`
+    over it; its own session, whose process group (and cgroup) is killed when it ends or at
+    `timeout_s`. `workdir` (and what lies in it) becomes the identity's own."""
+    ids = unprivileged_ids()
+    _hand_over(workdir, ids)
+    view = encoded_view(candidate_view((workdir,), (), visible, parents=False))
+    cgroup = memcap.new(memcap.bound_bytes())  # or EvaluatorFault
+    hook = functools.partial(confine, True, ids, libc(), view, None, cgroup.procs if cgroup is not None else None)
+    started = time.monotonic()
+    with tempfile.TemporaryFile() as out:
+        process = _spawner().submit(lambda: subprocess.Popen(
+            command, cwd=workdir, env={**scrubbed_env(workdir), **(env or {})}, stdin=subprocess.DEVNULL,
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=hook)).result()
+        try:
+            code: int | None = process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            kill_group(process)
+            if cgroup is not None:
+                cgroup.remove()
+        out.seek(0)
+        text = out.read(PROGRAM_OUTPUT_BYTES).decode(errors="replace")
+    return ProgramRun(code, text, time.monotonic() - started)
+
+
+def _hand_over(workdir: Path, ids: tuple[int, int] | None) -> None:
+    """`workdir` and what lies in it made `ids`' own, the folder above it enterable (where the
+    confined program takes an identity of its own)."""
+    if ids is None:
+        return
+    workdir.parent.chmod(workdir.parent.stat().st_mode | 0o111)
+    for path in (workdir, *workdir.rglob("*")):
+        os.chown(path, *ids, follow_symlinks=False)
+
+
 def _start_server(argv: list[str], env: dict[str, str], control_fd: int) -> subprocess.Popen:
     """The fork server, from the spawner thread: it dies with this process, and its children with it."""
     return _spawner().submit(lambda: subprocess.Popen(

@@ -5,21 +5,23 @@ command, with `-Xptxas -v` added: the same cubin, ptxas's resource report beside
 of the attempt's; nothing is loaded or launched. The text: per kernel its registers, spills, stack
 frame, shared memory and barriers as ptxas reports them, then the SASS of the kernel asked for
 (`cuobjdump -sass -fun`), its encoding words dropped and cut to `SASS_CHARS`. Needs nvcc, no GPU:
-the CPU evaluator answers it too; without cuobjdump beside nvcc the SASS part says so.
+the CPU evaluator answers it too; without cuobjdump beside nvcc the SASS part says so. The build
+and cuobjdump run as an evaluation's build does: options allow-listed, includes checked, every
+program confined (`nvcc.compile_confined`, `isolation.run_confined`).
 """
 
 from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.evaluator.languages.nvcc import (
-    BASE_FLAGS, BUILD_TIMEOUT_S, CUBIN_FILE, UNITY_FILE, compiler_excerpt, define_flags, gencode, write_sources,
-)
 from services.evaluator.languages.build import resolved_tunables
+from services.evaluator.languages.flags import refused_build
+from services.evaluator.languages.includes import toolkit_env
+from services.evaluator.languages.nvcc import BUILD_TIMEOUT_S, CUBIN_FILE, compile_confined, define_flags, nvcc_flags
+from services.evaluator.sandbox.isolation import run_confined
 from services.evaluator.timer.plan import cubin_kernels
 from shared.schema import Language, Solution, Status
 
@@ -74,23 +76,20 @@ def inspect_solution(solution: Solution, arch: str, workdir: Path, kernel: str |
 
 
 def _compile(solution: Solution, arch: str, workdir: Path, nvcc: str) -> tuple[Path, str] | Inspected:
-    """The cubin (`nvcc.build_cubin`'s flags plus `-Xptxas -v`) and ptxas's report."""
-    units = [s.path for s in solution.sources if s.path.endswith(".cu")]
-    if not units:
+    """The cubin (`nvcc.build_cubin`'s flags, allow-list, include check and confinement, plus
+    `-Xptxas -v`) and ptxas's report."""
+    if not any(s.path.endswith(".cu") for s in solution.sources):
         return Inspected(Status.COMPILE_ERROR, "a `cuda` solution needs at least one .cu source")
-    write_sources(solution, workdir)
-    (workdir / UNITY_FILE).write_text("".join(f'#include "{unit}"\n' for unit in units))
-    extra = solution.spec.compile_options.cuda_cflags if solution.spec.compile_options else []
-    command = [nvcc, "-cubin", gencode(arch), *BASE_FLAGS, *extra, *define_flags(resolved_tunables(solution)),
-               "-Xptxas", "-v", "-o", CUBIN_FILE, UNITY_FILE]
-    try:
-        done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        return Inspected(Status.COMPILE_ERROR, f"nvcc ran past {BUILD_TIMEOUT_S:.0f} s and was stopped")
-    output = done.stdout + done.stderr
-    if done.returncode != 0:
-        return Inspected(Status.COMPILE_ERROR, compiler_excerpt(output, workdir))
-    return workdir / CUBIN_FILE, output
+    tunables = resolved_tunables(solution)
+    why = refused_build(solution, define_flags(tunables))
+    if why:
+        return Inspected(Status.COMPILE_ERROR, why)
+    output: list[str] = []
+    log = compile_confined(nvcc, solution, [*nvcc_flags(solution, arch, tunables), "-Xptxas", "-v"], workdir,
+                           BUILD_TIMEOUT_S, output)
+    if log is not None:
+        return Inspected(Status.COMPILE_ERROR, log)
+    return workdir / CUBIN_FILE, "".join(output)
 
 
 def resource_table(ptxas: str) -> str:
@@ -141,14 +140,13 @@ def sass(cubin: Path, kernel: str, nvcc: str) -> str:
     tool = cuobjdump_path(nvcc)
     if tool is None:
         return "(cuobjdump is not installed beside nvcc on this evaluator: no SASS; the ptxas figures above stand)"
-    try:
-        done = subprocess.run([tool, "-sass", "-fun", kernel, str(cubin)], capture_output=True, text=True,
-                              timeout=CUOBJDUMP_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
+    done = run_confined([tool, "-sass", "-fun", kernel, cubin.name], cubin.parent, CUOBJDUMP_TIMEOUT_S,
+                        env=toolkit_env(nvcc))  # the cubin is the solution's: read confined
+    if done.timed_out:
         return f"(cuobjdump ran past {CUOBJDUMP_TIMEOUT_S:.0f} s)"
-    if done.returncode != 0 or "/*0000*/" not in done.stdout:
-        return f"(cuobjdump failed: {(done.stderr or done.stdout).strip()[-500:]})"
-    return _cut(trim_sass(done.stdout), SASS_CHARS)
+    if done.exit_code != 0 or "/*0000*/" not in done.output:
+        return f"(cuobjdump failed: {done.output.strip()[-500:]})"
+    return _cut(trim_sass(done.output), SASS_CHARS)
 
 
 _INSTRUCTION = re.compile(r"^\s*/\*(?P<at>[0-9a-f]{4,})\*/\s*(?P<text>.*?)\s*(/\*\s*0x[0-9a-f]+\s*\*/)?\s*$")
