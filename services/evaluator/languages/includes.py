@@ -25,7 +25,6 @@ HOST_SYSTEM_HEADERS = ("/usr/include", "/usr/lib/gcc", "/usr/lib64/gcc", "/usr/l
 MAX_LOG_CHARS = 3000
 _GCC_AT = re.compile(r"^(?P<path>[^\s:(][^:(]*):(?P<line>\d+)(:\d+)?:\s")
 _EDG_AT = re.compile(r'^"?(?P<path>[^\s"(][^"(]*)"?\((?P<line>\d+)\):\s')
-_INCLUDED = re.compile(r"^(In file included|\s+)from (?P<path>[^:]+):\d+[:,]?$")
 _SUMMARY = re.compile(r"^(\d+ errors? detected|Error limit reached|compilation terminated|ptxas|nvcc|ninja|"
                       r"In file included from|\s+from )")
 _ERROR_LINE = re.compile(r"(error|fatal|ptxas)", re.IGNORECASE)
@@ -35,9 +34,10 @@ def toolkit_root(nvcc: str) -> Path:
     """The CUDA toolkit nvcc belongs to: CUDA_HOME where set, else the folder above nvcc's own
     (through a wrapper script: /usr/local/cuda)."""
     for candidate in (os.environ.get("CUDA_HOME"), Path(nvcc).resolve().parent.parent, "/usr/local/cuda"):
-        if candidate and (Path(candidate) / "bin" / "nvcc").is_file():
+        if candidate and (Path(candidate) / "bin" / "nvcc").is_file() and (
+                (Path(candidate) / "include" / "cuda_runtime.h").is_file() or (Path(candidate) / "targets").is_dir()):
             return Path(candidate).resolve()
-    return Path(nvcc).resolve().parent.parent
+    return Path(nvcc).resolve().parent  # no toolkit found: its own folder only
 
 
 def toolkit_env(nvcc: str) -> dict[str, str]:
