@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from services.evaluator.languages import flags as flags_module
-from services.evaluator.languages import includes, nvcc
+from services.evaluator.languages import nvcc
 from services.evaluator.tools.inspect_build import inspect_solution
 from shared.schema import Language, Solution, Status
 from shared.schema.solution import CompileOptions
@@ -59,7 +58,7 @@ def specs_attack(markers: list[Path]) -> Solution:
     in a script of the solution's, which writes `markers` and, in its own folder, `ran-here`."""
     script = "#!/bin/sh\n" + "".join(f"mkdir -p {m.parent}; echo pwned > {m}\n" for m in markers)
     script += "echo ran > ran-here\nexec \"$@\"\n"
-    return solution(flags=["-Xcompiler", "-specs=evil.specs"], extra=[
+    return solution(flags=["-DFOO=2", "-Xcompiler", "-specs=evil.specs"], extra=[
         {"path": "evil.specs", "content": "*self_spec:\n+ -wrapper /bin/sh,evil.sh\n"},
         {"path": "evil.sh", "content": script}])
 
@@ -67,13 +66,13 @@ def specs_attack(markers: list[Path]) -> Solution:
 def test_specs_option_is_refused_by_name_before_anything_runs(tmp_path, outside):
     markers = [folder / "marker" for folder in outside]
     built = nvcc.build_cubin(specs_attack(markers), "sm_90a", {}, tmp_path / "b")
-    assert not built.ok and "-Xcompiler" in built.log
     assert not any(m.exists() for m in markers)
     assert not (tmp_path / "b" / "ran-here").exists()  # nothing ran at all
+    assert not built.ok and "-Xcompiler" in built.log
 
 
 def test_without_the_allow_list_the_confinement_alone_keeps_the_build_in_its_folder(tmp_path, outside, monkeypatch):
-    monkeypatch.setattr(nvcc, "refused_build", lambda *_args: None)
+    monkeypatch.setattr(nvcc, "refused_build", lambda *_args: None, raising=False)
     markers = [folder / "marker" for folder in outside]
     built = nvcc.build_cubin(specs_attack(markers), "sm_90a", {}, tmp_path / "b")
     assert (tmp_path / "b" / "ran-here").exists(), built.log  # control: the script did run, in its folder
@@ -124,7 +123,8 @@ def test_tunable_value_cannot_reach_nvccs_shell(tmp_path, outside):
     marker = outside[1] / "tunable-marker"
     attack = solution(tunables={"FOO": [f"$(touch {marker})"]}, flags=[])
     built = nvcc.build_cubin(attack, "sm_90a", {"FOO": f"$(touch {marker})"}, tmp_path / "b")
-    assert not built.ok and "tunable" in built.log and not marker.exists()
+    assert not marker.exists()
+    assert not built.ok and "tunable" in built.log
     honest = nvcc.build_cubin(solution(tunables={"FOO": [2]}, flags=[]), "sm_90a", {"FOO": 2}, tmp_path / "c")
     assert honest.ok, honest.log
 
@@ -132,8 +132,8 @@ def test_tunable_value_cannot_reach_nvccs_shell(tmp_path, outside):
 def test_inspect_tool_refuses_the_same_attacks(tmp_path, outside):
     markers = [folder / "marker" for folder in outside]
     found = inspect_solution(specs_attack(markers), "sm_90a", tmp_path / "i1")
-    assert found.status is Status.COMPILE_ERROR and "-Xcompiler" in found.text
     assert not any(m.exists() for m in markers)
+    assert found.status is Status.COMPILE_ERROR and "-Xcompiler" in found.text
     secret = secret_file(outside[1] / "s")
     found = inspect_solution(solution(macro_include(secret)), "sm_90a", tmp_path / "i2")
     assert found.status is Status.COMPILE_ERROR and SECRET not in found.text and "secret.h" in found.text
@@ -142,6 +142,8 @@ def test_inspect_tool_refuses_the_same_attacks(tmp_path, outside):
 
 
 def test_messages_hide_diagnostics_located_outside_but_show_the_toolkits(tmp_path):
+    from services.evaluator.languages import includes  # imported here: each test fails alone on the base commit
+
     roots = includes.readable_roots(shutil.which("nvcc"))
     root = includes.toolkit_root(shutil.which("nvcc"))
     header = next(root.glob("**/include/cuda_runtime.h"))
@@ -162,11 +164,15 @@ def test_messages_hide_diagnostics_located_outside_but_show_the_toolkits(tmp_pat
     (["@flags.rsp"], "@flags.rsp"), (["-arch=sm_50"], "architecture"), (["-gencode", "arch=compute_50"], "architecture"),
     (["-Xptxas", "-v,--fake"], "--fake"), (["-DX=$(id)"], "-DX=$(id)"), (["-Xptxas"], "-Xptxas")])
 def test_options_off_the_allow_list_are_refused_by_name(flags, named):
+    from services.evaluator.languages import flags as flags_module
+
     why = flags_module.refused_nvcc(flags)
     assert why is not None and named in why
 
 
 def test_allowed_options_and_host_lists():
+    from services.evaluator.languages import flags as flags_module
+
     allowed = [*HONEST_FLAGS, "-lineinfo", "-D", "BAR=3", "-UBAZ", "-std=c++20", "--expt-relaxed-constexpr",
                "--expt-extended-lambda", "-Iinclude", "-I", "inc/sub", "-ftz=true", "-prec-div=false",
                "-prec-sqrt=false", "-fmad=true", "--maxrregcount", "128", "-Xptxas=-O3,--warn-on-spills"]
