@@ -182,3 +182,31 @@ def test_allowed_options_and_host_lists():
     bad = CompileOptions(cflags=["-fplugin=./x.so"], ld_flags=["-lcublas"])
     assert "-fplugin" in flags_module.refused_options(bad, Language.CUDA_CPP)
     assert "-Wl,-rpath" in flags_module.refused_options(CompileOptions(ld_flags=["-Wl,-rpath,/tmp"]), Language.CUDA_CPP)
+
+
+PYBIND = '#include <pybind11/pybind11.h>\nint twice(int x) { return 2 * x; }\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }\n'
+
+
+def extension(cpp: str, cflags: list[str] | None = None) -> Solution:
+    return Solution.model_validate({
+        "name": "c2x", "definition": "c2x", "author": "attacker",
+        "spec": {"languages": ["cuda_cpp"], "target_hardware": ["H100"], "entry_point": "k.cpp::twice",
+                 "compile_options": {"cflags": cflags or ["-O3"]}},
+        "sources": [{"path": "k.cpp", "content": cpp}]})
+
+
+def test_cuda_cpp_build_refuses_a_host_flag_and_an_outside_include(tmp_path, outside):
+    """The torch extension's build (a minute to build honestly: its honest control here is the
+    same include check passing on torch's and pybind11's headers)."""
+    from services.evaluator.languages import torchext
+
+    refused = torchext.build_extension(extension(PYBIND, ["-fplugin=./evil.so"]), "sm_90a", {}, tmp_path / "a")
+    assert not refused.ok and "-fplugin=./evil.so" in refused.log
+    secret = secret_file(outside[1] / "s")
+    leaked = torchext.build_extension(extension(f'#include "{secret}"\n' + PYBIND), "sm_90a", {}, tmp_path / "b")
+    assert not leaked.ok and SECRET not in leaked.log and "secret.h" in leaked.log, leaked.log
+    nvcc_path = shutil.which("nvcc")
+    job = {"name": "ks_ext_honest", "sources": [str(tmp_path / "c" / "k.cpp")], "cflags": ["-O3"], "cuda_cflags": []}
+    nvcc.write_sources(extension(PYBIND), tmp_path / "c")
+    roots = torchext.readable_roots(nvcc_path, torchext.header_folders())
+    assert torchext.opened_outside(nvcc_path, job, ["k.cpp"], tmp_path / "c", 120.0, roots, "sm_90a") is None

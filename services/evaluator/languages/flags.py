@@ -39,6 +39,8 @@ HOST_FLAGS = re.compile("|".join((
     r"-ffast-math", r"-funroll-loops", r"-fno-strict-aliasing", r"-march=native", r"-mtune=native", r"-g", r"-w",
     r"-Wall", r"-Wextra", r"-Wno-[\w\-]+", r"-fopenmp")))
 LINK_FLAGS = re.compile(r"-l(cuda|cudart|cublas|cublasLt|curand|cufft|cusparse|cusolver|nvrtc|nvToolsExt|gomp)")
+HOST_SUMMARY = ("-O0..3, -Ofast, -std=c++17/20, defines (-D/-U), relative include folders inside the solution (-I), "
+                "-ffast-math, -funroll-loops, -march=native, warnings, -g, -fopenmp")
 # Options whose value is the next word on the command line.
 SEPARATE = {"-D", "-U", "-I", "--include-path", "-maxrregcount", "--maxrregcount", "-Xptxas", "--ptxas-options"}
 ARCHITECTURE = re.compile(r"(-arch|--gpu-architecture|-gencode|--generate-code|-code|--gpu-code)(=.*)?")
@@ -103,7 +105,7 @@ def refused_host(flags: Sequence[str]) -> str | None:
     """The first host compiler flag (`cuda_cpp`'s `cflags`) not on its allow-list; None: all allowed."""
     for flag, value in _pairs(flags):
         if not HOST_FLAGS.fullmatch(flag if value is None else _joined(flag, value)):
-            return _refusal(flag if value is None else f"{flag} {value}")
+            return _refusal(flag if value is None else f"{flag} {value}", HOST_SUMMARY)
     return None
 
 
@@ -143,5 +145,5 @@ def _joined(flag: str, value: str) -> str:
     return f"{flag}{value}" if flag in ("-D", "-U", "-I") else f"{flag}={value}"
 
 
-def _refusal(flag: str) -> str:
-    return f"option `{flag}` refused: not on the evaluator's allow-list ({ALLOWED_SUMMARY})"
+def _refusal(flag: str, allowed: str = ALLOWED_SUMMARY) -> str:
+    return f"option `{flag}` refused: not on the evaluator's allow-list ({allowed})"

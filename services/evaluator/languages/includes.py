@@ -60,11 +60,13 @@ def outside_files(deps: str, workdir: Path, roots: Sequence[str]) -> list[str]:
     return [f for f in files if _where(f, workdir, roots) == "outside"]
 
 
-def check_includes(nvcc: str, flags: Sequence[str], unit: str, workdir: Path, timeout_s: float,
-                   roots: Sequence[str]) -> str | None:
-    """The preprocessor's pass over `unit` (confined, `-M`): None where every file it opened is the
-    solution's, the toolkit's or a system header; else the COMPILE_ERROR's message."""
-    done = run_confined([nvcc, "-M", *flags, "-o", DEPS_FILE, unit], workdir, timeout_s, env=toolkit_env(nvcc))
+def check_includes(command: Sequence[str], unit: str, workdir: Path, timeout_s: float, roots: Sequence[str],
+                   env: dict[str, str]) -> str | None:
+    """The preprocessor's pass over `unit` (`command`: a compiler and its flags; `-M`, confined, in
+    `workdir`): None where every file it opened is the solution's or below `roots` (the toolkit,
+    the system headers); else the COMPILE_ERROR's message."""
+    (workdir / DEPS_FILE).unlink(missing_ok=True)
+    done = run_confined([command[0], "-M", *command[1:], "-o", DEPS_FILE, unit], workdir, timeout_s, env=env)
     if done.timed_out:
         return f"the preprocessor ran past {timeout_s:.0f} s and was stopped"
     deps_path = workdir / DEPS_FILE

@@ -145,7 +145,7 @@ def compile_confined(nvcc: str, solution: Solution, flags: list[str], workdir: P
     units = [s.path for s in solution.sources if s.path.endswith(".cu")]
     (workdir / UNITY_FILE).write_text("".join(f'#include "{unit}"\n' for unit in units))
     roots = readable_roots(nvcc)
-    refused = check_includes(nvcc, without_ptxas(flags), UNITY_FILE, workdir, timeout_s, roots)
+    refused = check_includes([nvcc, *without_ptxas(flags)], UNITY_FILE, workdir, timeout_s, roots, toolkit_env(nvcc))
     if refused is not None:
         return refused
     done = run_confined([nvcc, "-cubin", *flags, "-o", CUBIN_FILE, UNITY_FILE], workdir, timeout_s,
