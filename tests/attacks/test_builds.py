@@ -161,7 +161,8 @@ def test_messages_hide_diagnostics_located_outside_but_show_the_toolkits(tmp_pat
     (["--compiler-bindir=/tmp"], "--compiler-bindir"), (["-include", "/etc/shadow"], "-include"),
     (["-I/etc"], "-I/etc"), (["-I", "../.."], "../.."), (["-Iinc/../../x"], "-Iinc/../../x"), (["-L/tmp"], "-L/tmp"),
     (["-o", "/tmp/x"], "-o"), (["--keep-dir", "/tmp"], "--keep-dir"), (["-Xlinker", "-x"], "-Xlinker"),
-    (["@flags.rsp"], "@flags.rsp"), (["-arch=sm_50"], "architecture"), (["-gencode", "arch=compute_50"], "architecture"),
+    (["@flags.rsp"], "@flags.rsp"), (["-arch=sm_50"], "architecture"),
+    (["-gencode", "arch=compute_50"], "architecture"),
     (["-Xptxas", "-v,--fake"], "--fake"), (["-DX=$(id)"], "-DX=$(id)"), (["-Xptxas"], "-Xptxas")])
 def test_options_off_the_allow_list_are_refused_by_name(flags, named):
     from services.evaluator.languages import flags as flags_module
@@ -184,7 +185,8 @@ def test_allowed_options_and_host_lists():
     assert "-Wl,-rpath" in flags_module.refused_options(CompileOptions(ld_flags=["-Wl,-rpath,/tmp"]), Language.CUDA_CPP)
 
 
-PYBIND = '#include <pybind11/pybind11.h>\nint twice(int x) { return 2 * x; }\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }\n'
+PYBIND = ('#include <pybind11/pybind11.h>\nint twice(int x) { return 2 * x; }\n'
+          'PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("twice", &twice); }\n')
 
 
 def extension(cpp: str, cflags: list[str] | None = None) -> Solution:
@@ -210,3 +212,15 @@ def test_cuda_cpp_build_refuses_a_host_flag_and_an_outside_include(tmp_path, out
     nvcc.write_sources(extension(PYBIND), tmp_path / "c")
     roots = torchext.readable_roots(nvcc_path, torchext.header_folders())
     assert torchext.opened_outside(nvcc_path, job, ["k.cpp"], tmp_path / "c", 120.0, roots, "sm_90a") is None
+
+
+def test_a_link_a_build_leaves_is_never_read_as_its_output(tmp_path):
+    from services.evaluator.languages.includes import read_output
+
+    build = tmp_path / "b"
+    build.mkdir()
+    secret = secret_file(tmp_path / "s")
+    (build / "kernels.cubin").symlink_to(secret)
+    assert read_output(build / "kernels.cubin", build) is None
+    (build / "real.cubin").write_bytes(b"\x7fELF")  # control: a file it made is read
+    assert read_output(build / "real.cubin", build) == b"\x7fELF"

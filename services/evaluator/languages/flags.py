@@ -93,7 +93,8 @@ def refused_nvcc(flags: Sequence[str]) -> str | None:
             inner = value if value is not None else flag.split("=", 1)[1]
             bad = next((part for part in inner.split(",") if not PTXAS_FLAGS.fullmatch(part)), None)
             if bad is not None or not inner:
-                return f"ptxas option `{bad or inner}` (in `{flag}`) refused: allowed are -v, -O0..3, --warn-on-spills and the like"
+                return (f"ptxas option `{bad or inner}` (in `{flag}`) refused: allowed are -v, -O0..3, "
+                        f"--warn-on-spills and the like")
             continue
         joined = flag if value is None else _joined(flag, value)
         if not NVCC_FLAGS.fullmatch(joined):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -52,6 +53,20 @@ def readable_roots(nvcc: str, extra: Sequence[Path] = ()) -> tuple[str, ...]:
     return tuple(dict.fromkeys(os.path.realpath(r) for r in roots))
 
 
+def read_output(path: Path, workdir: Path) -> bytes | None:
+    """A file a confined build made in `workdir` (its cubin, its extension, its list of includes),
+    read by the evaluator: None where it is not a regular file inside `workdir` (a link a build
+    left there to a file of the evaluator's is never followed)."""
+    if not os.path.realpath(path).startswith(os.path.realpath(workdir) + os.sep):
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read() if stat.S_ISREG(os.fstat(fd).st_mode) else None
+
+
 def outside_files(deps: str, workdir: Path, roots: Sequence[str]) -> list[str]:
     """The files a `-M` list (make's syntax) names that lie outside `workdir` and `roots`, or
     inside a root but not readable by others."""
@@ -69,8 +84,7 @@ def check_includes(command: Sequence[str], unit: str, workdir: Path, timeout_s: 
     done = run_confined([command[0], "-M", *command[1:], "-o", DEPS_FILE, unit], workdir, timeout_s, env=env)
     if done.timed_out:
         return f"the preprocessor ran past {timeout_s:.0f} s and was stopped"
-    deps_path = workdir / DEPS_FILE
-    deps = deps_path.read_text(errors="replace") if deps_path.is_file() and not deps_path.is_symlink() else ""
+    deps = (read_output(workdir / DEPS_FILE, workdir) or b"").decode(errors="replace")
     outside = outside_files(deps, workdir, roots)
     if outside:
         return ("the build opened files outside the solution's folder, the CUDA toolkit and the system headers "
@@ -104,7 +118,8 @@ def shown(output: str, workdir: Path, roots: Sequence[str]) -> list[str]:
             path = at["path"].strip()
             hiding = _where(path, workdir, roots) == "outside"
             if hiding:
-                out.append(f"{path}({at['line']}): error in a file outside the solution's folder (its text is not shown)")
+                out.append(f"{path}({at['line']}): error in a file outside the solution's folder "
+                           f"(its text is not shown)")
                 continue
         elif hiding and not _SUMMARY.match(line):
             continue

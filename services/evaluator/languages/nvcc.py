@@ -26,7 +26,8 @@ from typing import Protocol
 
 from services.evaluator.languages import Built
 from services.evaluator.languages.flags import refused_build, without_ptxas
-from services.evaluator.languages.includes import (MAX_LOG_CHARS, check_includes, compiler_excerpt, readable_roots,
+from services.evaluator.languages.includes import MAX_LOG_CHARS  # noqa: F401 - callers read nvcc.MAX_LOG_CHARS
+from services.evaluator.languages.includes import (check_includes, compiler_excerpt, read_output, readable_roots,
                                                    toolkit_env)
 from services.evaluator.sandbox.isolation import run_confined
 from shared.schema import Solution
@@ -121,9 +122,9 @@ def build_cubin(solution: Solution, arch: str, tunables: dict[str, object], work
         return Cubin(False, key, why)
     log = compile_confined(nvcc, solution, flags, workdir, timeout_s)
     seconds = time.monotonic() - started
-    if log is not None:
-        return Cubin(False, key, log, seconds=seconds)
-    data = (workdir / CUBIN_FILE).read_bytes()
+    data = read_output(workdir / CUBIN_FILE, workdir) if log is None else None
+    if data is None:
+        return Cubin(False, key, log or "nvcc made no cubin", seconds=seconds)
     if cache is not None:
         cache.put_build(key, data)
     return Cubin(True, key, "", data, seconds=seconds)

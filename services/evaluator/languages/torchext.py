@@ -31,7 +31,8 @@ from typing import Any
 from services.evaluator.languages import Built
 from services.evaluator.protocol import CandidateJob
 from services.evaluator.languages.flags import refused_build
-from services.evaluator.languages.includes import check_includes, compiler_excerpt, readable_roots, toolkit_env
+from services.evaluator.languages.includes import (check_includes, compiler_excerpt, read_output, readable_roots,
+                                                   toolkit_env)
 from services.evaluator.languages.nvcc import BuildCache, Cubin, define_flags, from_cache, nvcc_version, write_sources
 from services.evaluator.sandbox.isolation import run_confined
 from shared.schema import Solution
@@ -124,10 +125,9 @@ def build_extension(solution: Solution, arch: str, tunables: dict[str, object], 
     seconds = time.monotonic() - started
     if done.timed_out:
         return Cubin(False, key, f"the extension build ran past {timeout_s:.0f} s and was stopped", seconds=seconds)
-    library = build_dir / f"{name}.so"
-    if done.exit_code != 0 or not library.is_file() or library.is_symlink():
+    data = read_output(build_dir / f"{name}.so", workdir) if done.exit_code == 0 else None
+    if data is None:
         return Cubin(False, key, compiler_excerpt(done.output, source_dir, roots), seconds=seconds)
-    data = library.read_bytes()
     if cache is not None:
         cache.put_build(key, data)
     return Cubin(True, key, "", data, seconds=seconds)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from services.evaluator.languages.build import resolved_tunables
 from services.evaluator.languages.flags import refused_build
-from services.evaluator.languages.includes import toolkit_env
+from services.evaluator.languages.includes import read_output, toolkit_env
 from services.evaluator.languages.nvcc import BUILD_TIMEOUT_S, CUBIN_FILE, compile_confined, define_flags, nvcc_flags
 from services.evaluator.sandbox.isolation import run_confined
 from services.evaluator.timer.plan import cubin_kernels
@@ -61,7 +61,10 @@ def inspect_solution(solution: Solution, arch: str, workdir: Path, kernel: str |
     if isinstance(built, Inspected):
         return built
     cubin, ptxas = built
-    names = sorted(cubin_kernels(cubin.read_bytes()))
+    data = read_output(cubin, workdir)
+    if data is None:
+        return Inspected(Status.COMPILE_ERROR, "nvcc made no cubin")
+    names = sorted(cubin_kernels(data))
     parts = [f"build for {arch}: {len(names)} kernel{'s' if len(names) != 1 else ''}: {', '.join(names) or 'none'}",
              "ptxas -v:", resource_table(ptxas)]
     if kernel is None and len(names) == 1:
