@@ -224,3 +224,70 @@ def test_a_link_a_build_leaves_is_never_read_as_its_output(tmp_path):
     assert read_output(build / "kernels.cubin", build) is None
     (build / "real.cubin").write_bytes(b"\x7fELF")  # control: a file it made is read
     assert read_output(build / "real.cubin", build) == b"\x7fELF"
+
+
+PROBE = r"""
+import os, socket, sys, time
+outside, port, parent = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+print("env:" + os.environ.get("KS_C2_SECRET", "none"))
+for path in (os.path.join(outside, "written"), "own"):
+    try:
+        open(path, "w").write("x")
+        print("wrote " + path)
+    except OSError as error:
+        print("refused " + path + " " + error.strerror)
+try:
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    print("connected")
+except OSError:
+    print("no network")
+try:
+    open(f"/proc/{parent}/environ", "rb").read()
+    print("read the evaluator's environ")
+except OSError:
+    print("the evaluator's environ refused")
+sys.stdout.flush()
+if len(sys.argv) > 4:
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()  # a daemon of its own session
+        time.sleep(300)
+    open("daemon.pid", "w").write(str(pid))
+    time.sleep(300)
+"""
+
+
+def test_run_confined_gives_a_program_a_candidates_confinement(tmp_path, outside, monkeypatch):
+    """The entry every build and tool program runs through: own folder writable only, no network,
+    the evaluator's environment not passed on and its /proc/<pid>/environ out of reach (nobody, or
+    uid 0 without capabilities), and at its timeout everything it started gone, a daemon of its own
+    session too. The control: the same probe run plainly connects, writes outside, reads it."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from services.evaluator.sandbox.isolation import run_confined
+
+    if os.geteuid() != 0:
+        pytest.skip("the evaluator confines its builds this far only as root (CI runs as root)")
+    monkeypatch.setenv("KS_C2_SECRET", SECRET)
+    work = tmp_path / "w"
+    work.mkdir()
+    (work / "probe.py").write_text(PROBE)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = str(server.getsockname()[1])
+        args = [sys.executable, "probe.py", str(outside[1]), port, str(os.getpid())]
+        plain = subprocess.run(args, cwd=work, capture_output=True, text=True, timeout=60).stdout
+        assert "connected" in plain and f"wrote {outside[1]}" in plain and "read the evaluator's environ" in plain
+        (outside[1] / "written").unlink()
+        done = run_confined(args, work, 60)
+    assert done.exit_code == 0 and "wrote own" in done.output, done.output
+    assert SECRET not in done.output and "no network" in done.output and "evaluator's environ refused" in done.output
+    assert not (outside[1] / "written").exists()
+    stopped = run_confined([*args, "daemon"], work, 3)
+    assert stopped.timed_out
+    daemon = int((work / "daemon.pid").read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{daemon}").exists() or Path(f"/proc/{daemon}/stat").read_text().split()[2] in "ZX"
