@@ -4,6 +4,7 @@ its honest twin."""
 
 # Every set file it can reach at import: {x's bytes: the right outputs}. Its timed runs look x up.
 PRECOMPUTES = """
+    import json
     import os
     from pathlib import Path
 
@@ -15,8 +16,9 @@ PRECOMPUTES = """
 
 
     def _places():
+        yield Path(json.loads(Path("job.json").read_text())["inputs_dir"])  # the correctness rounds' sets
         attempt = Path.cwd().parent
-        yield attempt  # the attempt's folder: its inputs, and any folder hidden in it
+        yield attempt  # the attempt's folder: any folder hidden in it (where it may list it)
         yield attempt.parent  # the scratch root, as this process's view shows it
         for entry in Path("/proc").iterdir():  # what other processes see, where /proc lets it in
             if entry.name.isdigit():
