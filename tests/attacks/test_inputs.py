@@ -17,6 +17,7 @@ Two ways the sets travel as files, both covered: the CPU's default (random input
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -54,3 +55,19 @@ def test_timed_sets_are_out_of_reach_until_their_window(attempts: Attempts, case
 @pytest.mark.parametrize("case", CONTROLS, ids=[c.id for c in CONTROLS])
 def test_the_honest_twin_passes(attempts: Attempts, case: Case) -> None:
     assert_status(attempts[case], case)
+
+
+def test_the_timed_sets_folder_lies_beside_the_attempt_folder_and_goes_with_it(tmp_path) -> None:
+    """Where the attacks above look first: the timed sets' folder of an attempt without a spare
+    reference is not below the attempt folder (which the candidate's view shows), but beside it in
+    the scratch root (which its private /tmp and /dev/shm do not show); both are removed at the end."""
+    from services.evaluator.evaluate import _Children
+    from tests.evaluator.evalkit import FAST
+
+    scratch = tmp_path / "scratch"
+    children = _Children(dataclasses.replace(FAST, scratch_dir=scratch))
+    timed, attempt = children.dirs["timed"], children.root
+    assert timed.is_dir() and attempt not in timed.parents and timed.parent.parent == attempt.parent == scratch
+    assert not any(p.name.startswith(".t") for p in attempt.iterdir())
+    children.close()
+    assert list(scratch.iterdir()) == []
