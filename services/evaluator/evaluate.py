@@ -45,7 +45,9 @@ from services.evaluator.spares import (
     CONFINED, HOMES, OUTPUTS, REF_INPUTS, REF_TIMED, SPARE_READY_S, Spare, discard, reference_ids, spare_homes,
 )
 from services.evaluator.score import below_the_host_clock, count_ahead, hardware_for, score_workload
-from services.evaluator.scratch import hand_over_reference, make_folder, scratch_root, sweep_folders
+from services.evaluator.scratch import (
+    hand_over_reference, hidden_timed_folder, make_folder, scratch_root, sweep_folders,
+)
 from services.evaluator.timer.plan import RECORDED_SETS, cubin_kernels
 from services.evaluator.timer.route import IN_PROCESS, REPLAY, Routed, route, timer_job
 from shared.errors import EvaluatorFault
@@ -151,16 +153,20 @@ class _Children:
             root = make_folder("att", scratch)
         self.root = root
         self.dirs = {n: root / n for n in ("ref", "inputs", "cand", OUTPUTS, "solution")}
-        # The timed sets' files until the outer clock's `go`: the reference's only (0700), under a
-        # name the candidate is not told (all it has where it runs as the evaluator's user).
-        self.dirs["timed"] = root / f".t{secrets.token_hex(8)}"
         # Where the reference saves its input sets: the attempt's inputs folder, or its spare's own
         # (linked into the attempt's once it is done: `reference_done`).
         self.dirs["ref_inputs"] = self.dirs["inputs"]
+        # The timed sets' files until the outer clock's `go` (`hidden_timed_folder`): its spare's
+        # own folder, else a scratch folder of their own; never in the attempt folder, which the
+        # candidate sees.
+        self.hidden: Path | None = None
         if "reference" in self.spares:
             spare_root = self.spares["reference"].root
             self.dirs.update(ref=spare_root / HOMES["reference"], ref_inputs=spare_root / REF_INPUTS,
                              timed=spare_root / REF_TIMED)
+        else:
+            self.hidden = hidden_timed_folder(root)
+            self.dirs["timed"] = self.hidden / REF_TIMED
         for path in self.dirs.values():
             path.mkdir(mode=0o700, exist_ok=True)
         self.dirs["solution"].chmod(0o755)
@@ -221,6 +227,8 @@ class _Children:
         for spare in self.spares.values():
             discard(spare)
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.hidden is not None:
+            shutil.rmtree(self.hidden, ignore_errors=True)
 
 
 def _run(problem: Problem, solution: Solution, workloads: list[Workload], build: Build,

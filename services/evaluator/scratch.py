@@ -88,14 +88,27 @@ def _namespace(pid: int) -> str:
         return "-"
 
 
+def hidden_timed_folder(attempt: Path) -> Path:
+    """A folder of its own beside the attempt folder `attempt` (`ks-ref-XXXX`, swept like a spare
+    reference's), for the timed sets' files of an attempt whose reference has no spare folder.
+    Not inside `attempt`: a candidate's view shows the folder that holds its own (its attempt's,
+    read-only), and one that keeps the evaluator's uid 0 without capabilities reads a 0700 folder
+    of root's by its owner bits. Its private /tmp and /dev/shm show it nothing beside its attempt
+    (`fsview.private_view`), whoever it runs as; the checker that writes re-timed sets here is not
+    dumpable (`checker.serve`): its /proc entries do not lead here either. On the same file system
+    as the inputs folder, into which the files are moved (renamed) at the outer clock's `go`."""
+    return make_folder("ref", str(attempt.parent))
+
+
 def hand_over_reference(home: Path, inputs: Path, timed: Path, ids: tuple[int, int] | None) -> None:
     """Before the reference's child starts as a user of its own (`ids`): the folders it writes
-    (its home, where its input sets go, the timed sets' folder) become its own, 0700; the folder
+    (its home, where its input sets go, the timed sets' folder) become its own, 0700; the folders
     above them enterable, not listable. The evaluator (root) links, moves and opens what it needs
     of them later."""
     if ids is None:
         return
-    home.parent.chmod(0o711)
+    for parent in {home.parent, timed.parent}:
+        parent.chmod(0o711)
     for folder in (home, inputs, timed):
         folder.chmod(0o700)
         for path in (folder, *folder.rglob("*")):

@@ -47,6 +47,7 @@ import pytest
 from services.evaluator.sandbox.isolation import isolation
 from shared.process import running
 from shared.schema import Status
+from tests.attacks.inputskit import PRECOMPUTES
 from tests.hacks.hackkit import Attempts, Case, assert_status, start_attempts
 
 HACK = Status.REWARD_HACK
@@ -173,6 +174,11 @@ CASES = [
                                                                        if p.parent.name not in ("inputs", "outputs")]
             _answer(found, x, w, b, y)
         """, caught="correctness round 0"),
+    # Reads every input set file it can reach at import (its attempt's folder and below, the scratch
+    # root, other processes' folders through /proc) and answers only from that table: the timed sets'
+    # files wait outside its view until their window opens (issue 40, H1: tests/attacks/test_inputs.py).
+    Case("reads_the_timed_sets_before_their_window", WRONG, PRECOMPUTES, caught="timed run on input set",
+         problem="affine_from_file"),
     Case("reuses_reference_module", WRONG, ANSWER_IF + """
         import gc
         import sys
