@@ -37,7 +37,7 @@ from typing import Any
 
 from shared.errors import UserError
 from shared.hardware import B200_SOLAR_1500MHZ, HardwareSpec, Precision, lookup
-from shared.schema import Definition, SolScore, Workload, load_problem
+from shared.schema import SolScore, load_problem
 from shared.sol_bounded import CountLimits, CountRunner, count_workloads
 from shared.sol_count import (
     DEFAULT_CPU_BUDGET_BYTES,
