@@ -6,6 +6,7 @@ and this process is untouched."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,8 @@ import pytest
 from kernelswarm.cli import main
 from services.evaluator.sandbox.counting import SandboxRunner
 from shared.schema import Workload
-from shared.sol_bounded import CountLimits, SolUnknownError, UnknownReason, count_bounded, count_workloads
+from shared.sol_bounded import (CountLimits, SolUnknownError, UnknownReason, count_bounded, count_workloads,
+                                 work_to_json)
 from shared.sol_count import count_work
 from tests.shared.test_sol import GEMM, RMSNORM, define, random_workload
 
@@ -99,3 +101,71 @@ def test_the_child_sees_none_of_this_processs_settings_or_keys(monkeypatch: pyte
                  "    assert not leaked, leaked\n    return x * 2\n")
     [counted] = count_workloads(spy, [random_workload(spy, n=4)], runner=RUNNER, limits=SMALL)
     assert counted.work is not None, counted.message
+
+
+class HeldOpenChild:
+    """A counting child that wrote `lines` and exited, while something it left behind (the test's
+    end of the socket pair, a daemon's stand-in) holds its channel open."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self._ours, self.theirs = socket.socketpair()
+        self.theirs.sendall(b"".join(lines))
+        self.results_fd = self._ours.fileno()
+        self.stopped_with: float | None = None
+
+    def exit_code(self) -> int | None:
+        return 0
+
+    def stop(self, wait_s: float) -> int | None:
+        self.stopped_with = wait_s
+        self._ours.close()
+        self.theirs.close()
+        return 0
+
+    def log_tail(self) -> str:
+        return ""
+
+
+class FakeRunner:
+    def __init__(self, *lines: bytes) -> None:
+        self.lines, self.started = list(lines), []
+
+    def start(self, request, problem_roots, memory_mb):
+        self.started.append(HeldOpenChild(self.lines))
+        return self.started[-1]
+
+
+def test_a_child_that_exited_is_not_waited_for_while_its_channel_stays_open():
+    work = json.dumps({"work": work_to_json(count_work(GEMM, random_workload(GEMM, M=8)))}).encode()
+    runner = FakeRunner(b'{"ready": true}\n', work + b"\n")
+    counted = count_workloads(GEMM, [random_workload(GEMM, M=8), random_workload(GEMM, M=16)], runner=runner,
+                              limits=CountLimits(time_s=3600.0))  # would be an hour's wait for the channel's end
+    assert counted[0].work == count_work(GEMM, random_workload(GEMM, M=8))
+    assert counted[1].reason is UnknownReason.CRASH and "exited with 0" in counted[1].message
+    assert [child.stopped_with for child in runner.started] == [CountLimits().grace_s]  # its exit code, then the kill
+
+
+def test_a_line_that_is_not_a_result_loses_only_its_workload():
+    runner = FakeRunner(b'{"ready": true}\n', b'{"work": "forged"}\n')
+    [counted] = count_workloads(GEMM, [random_workload(GEMM, M=8)], runner=runner)
+    assert counted.reason is UnknownReason.CRASH and "not a result" in counted.message
+
+
+def test_there_is_no_count_without_a_runner():
+    with pytest.raises(TypeError, match="runner"):
+        count_workloads(GEMM, [random_workload(GEMM, M=8)])  # type: ignore[call-arg]
+
+
+def test_shared_imports_no_service():
+    """shared/ holds what services share (DESIGN.md, Layout): its counting takes the sandbox as a
+    `CountRunner` instead of importing it."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for path in sorted((root / "shared").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.relative_to(root)}: {n}" for n in names if n.split(".")[0] in ("services", "kernelswarm")]
+    assert found == []
