@@ -127,7 +127,8 @@ CPU_MAX_FLOPS = 2e10  # per workload: about what two cores do in a few seconds
 CPU_MAX_BYTES = 128 << 20  # fp8 and other conversions run far below memory speed on a CPU
 
 
-def cpu_sized(problems: list[Problem], limits: CountLimits = CountLimits(cpu_budget_bytes=0)) -> tuple[list[Problem], list[str]]:
+def cpu_sized(problems: list[Problem],
+              limits: CountLimits = CountLimits(cpu_budget_bytes=0)) -> tuple[list[Problem], list[str]]:
     """The problems every workload of which a CPU evaluates in seconds (work counted from the
     reference, as for SOL, on meta tensors only: `cpu_budget_bytes` 0), and the names of the
     others. The references are untrusted text: all of them are counted in one child in the

@@ -138,7 +138,8 @@ def count_bounded(definition: Definition, workload: Workload, problem_root: Path
 
 
 def count_workloads(definition: Definition, workloads: Sequence[Workload], problem_root: Path | None = None, *,
-                    runner: CountRunner, limits: CountLimits = CountLimits(), use_formulas: bool = True) -> list[Counted]:
+                    runner: CountRunner, limits: CountLimits = CountLimits(),
+                    use_formulas: bool = True) -> list[Counted]:
     """Every workload counted in one child, in order; after a child dies or is killed, the
     workload it was on is unknown and a new child counts the rest."""
     [counted] = count_problems([ToCount(definition, tuple(workloads), problem_root)], runner=runner, limits=limits,

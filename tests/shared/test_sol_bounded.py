@@ -40,11 +40,13 @@ def test_the_child_counts_what_count_work_counts_here():
     counted = count_workloads(GEMM, workloads, runner=RUNNER, limits=SMALL)
     assert [c.work for c in counted] == [count_work(GEMM, w) for w in workloads]
     assert all(c.reason is None and c.peak_mb and c.peak_mb < SMALL.memory_mb for c in counted)
-    assert count_bounded(RMSNORM, random_workload(RMSNORM, T=64), runner=RUNNER) == count_work(RMSNORM, random_workload(RMSNORM, T=64))
+    rmsnorm = random_workload(RMSNORM, T=64)
+    assert count_bounded(RMSNORM, rmsnorm, runner=RUNNER) == count_work(RMSNORM, rmsnorm)
 
 
 def test_a_reference_over_the_memory_limit_is_unknown_for_memory_and_this_process_survives():
-    counted = count_workloads(HOG, [random_workload(HOG, n=16), random_workload(HOG, n=32)], runner=RUNNER, limits=SMALL)
+    workloads = [random_workload(HOG, n=16), random_workload(HOG, n=32)]
+    counted = count_workloads(HOG, workloads, runner=RUNNER, limits=SMALL)
     assert [c.reason for c in counted] == [UnknownReason.MEMORY, UnknownReason.MEMORY]
     assert all(c.work is None and "memory limit of 2048 MiB" in c.message for c in counted)
     with pytest.raises(SolUnknownError, match="memory limit") as raised:
