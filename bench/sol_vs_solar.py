@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from services.evaluator.sandbox.counting import SandboxRunner
 from shared.hardware import B200, B200_SOLAR_1500MHZ
 from shared.schema import load_problem
 from shared.sol import SolMode, estimate
@@ -41,7 +42,8 @@ def compare_problem(folder: Path, limits: CountLimits) -> dict:
     published = json.loads((folder / "sol_b200.json").read_text())["workloads"]
     rows, errors = [], {}
     started = time.perf_counter()
-    counted = count_workloads(problem.definition, problem.workloads, folder, limits=limits, use_formulas=False)
+    counted = count_workloads(problem.definition, problem.workloads, folder, runner=SandboxRunner(), limits=limits,
+                              use_formulas=False)
     peaks = [c.peak_mb for c in counted if c.peak_mb is not None]
     for index, (workload, entry, count) in enumerate(zip(problem.workloads, published, counted, strict=True)):
         if count.work is None:

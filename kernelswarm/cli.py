@@ -380,6 +380,7 @@ def cmd_problems_import(args: argparse.Namespace) -> int:
 
 
 def cmd_sol(args: argparse.Namespace) -> int:
+    from services.evaluator.sandbox.counting import SandboxRunner
     from shared.sol import SolMode, hardware_for, report
     from shared.sol_bounded import CountLimits
 
@@ -391,7 +392,8 @@ def cmd_sol(args: argparse.Namespace) -> int:
         hardware = hardware_for(args.hardware, mode, args.calibration)
     except (KeyError, ValueError) as error:
         raise_user(str(error.args[0]) if error.args else str(error))
-    print(report(args.problem_dir, hardware, mode, args.json, CountLimits.from_settings(settings)))
+    print(report(args.problem_dir, hardware, mode, args.json, CountLimits.from_settings(settings),
+                 runner=SandboxRunner()))
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from dataclasses import replace
 from datetime import datetime
 
 from rich.console import Console
@@ -23,7 +24,7 @@ from shared.repository import IN_FLIGHT, VERDICT_KIND, upsert_problem
 from shared.schema import Problem, load_problem
 from shared.schema.problem import find_problems
 from shared.settings import Settings
-from shared.sol_count import SolCountError, count_work
+from shared.sol_bounded import CountLimits, ToCount, count_problems
 
 PROGRESS_EVERY_S = 5.0
 LOCAL = "local"  # the name of the campaigns `up` makes begins so
@@ -42,7 +43,7 @@ def run_up(settings: Settings, duration_s: float | None, new_campaign: bool = Fa
     if not problems:
         raise UserError(f"no problems under {settings.problems_dir}")
     if settings.device == "cpu":
-        problems, left_out = cpu_sized(problems)
+        problems, left_out = cpu_sized(problems, replace(CountLimits.from_settings(settings), cpu_budget_bytes=0))
         if left_out:
             out.print(f"on the CPU, leaving out {len(left_out)} problems too large for it: "
                       f"{', '.join(left_out)} (run them with --device cuda)", highlight=False)
@@ -126,17 +127,21 @@ CPU_MAX_FLOPS = 2e10  # per workload: about what two cores do in a few seconds
 CPU_MAX_BYTES = 128 << 20  # fp8 and other conversions run far below memory speed on a CPU
 
 
-def cpu_sized(problems: list[Problem]) -> tuple[list[Problem], list[str]]:
+def cpu_sized(problems: list[Problem],
+              limits: CountLimits = CountLimits(cpu_budget_bytes=0)) -> tuple[list[Problem], list[str]]:
     """The problems every workload of which a CPU evaluates in seconds (work counted from the
-    reference, as for SOL), and the names of the others."""
+    reference, as for SOL, on meta tensors only: `cpu_budget_bytes` 0), and the names of the
+    others. The references are untrusted text: all of them are counted in one child in the
+    evaluator's sandbox (`SandboxRunner`), never in this process; one that cannot be counted there
+    (an error, past the limits) is too large."""
+    from services.evaluator.sandbox.counting import SandboxRunner
+
+    counted = count_problems([ToCount(p.definition, tuple(p.workloads), p.root) for p in problems],
+                             runner=SandboxRunner(), limits=limits)
     kept, left_out = [], []
-    for problem in problems:
-        try:
-            works = (count_work(problem.definition, w, problem.root, cpu_budget_bytes=0) for w in problem.workloads)
-            small = all(sum(w.matrix_flops.values()) + w.vector_flops <= CPU_MAX_FLOPS  # stops at the first large one
-                        and w.read_bytes + w.write_bytes <= CPU_MAX_BYTES for w in works)
-        except SolCountError:
-            small = False
+    for problem, counts in zip(problems, counted, strict=True):
+        small = all(c.work is not None and c.work.total_matrix_flops + c.work.vector_flops <= CPU_MAX_FLOPS
+                    and c.work.bytes_moved <= CPU_MAX_BYTES for c in counts)
         (kept if small else left_out).append(problem if small else problem.name)
     return kept, left_out
 

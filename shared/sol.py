@@ -2,7 +2,7 @@
 
     T_sol = max(matrix FLOPs / matrix peak(precision), bytes / DRAM bandwidth)
 
-    python -m shared.sol PROBLEM_DIR [--hardware NAME] [--mode ours|solar] [--json]
+    kernelswarm sol PROBLEM_DIR [--hardware NAME] [--mode physical|solar] [--json]
 
 Work is counted once per (definition, workload), independent of the hardware: `count_work` (in
 `shared.sol_count`) runs the reference on meta tensors, or on CPU when it needs values, or takes the
@@ -26,11 +26,9 @@ T_b (the faster of eager and torch.compile), 1.0 at the hardware limit, towards 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -39,8 +37,8 @@ from typing import Any
 
 from shared.errors import UserError
 from shared.hardware import B200_SOLAR_1500MHZ, HardwareSpec, Precision, lookup
-from shared.schema import Definition, SolScore, Workload, load_problem
-from shared.sol_bounded import CountLimits, count_workloads
+from shared.schema import SolScore, load_problem
+from shared.sol_bounded import CountLimits, CountRunner, count_workloads
 from shared.sol_count import (
     DEFAULT_CPU_BUDGET_BYTES,
     SolCountError,
@@ -55,7 +53,7 @@ __all__ = [
     "DEFAULT_CPU_BUDGET_BYTES", "SOLAR_LAUNCH_FLOOR_MS", "Bound", "CampaignFigures", "ProblemOutcome",
     "ScoreValue", "SolCountError", "SolEstimate", "SolMode", "WorkCount", "baseline_ms", "campaign_figures",
     "count_work", "estimate", "geomean", "hack_floor_ms", "input_precision", "load_reference",
-    "problem_score", "problem_speedup", "sol_for_workload", "sol_score", "solar_precision", "trace_sol",
+    "problem_score", "problem_speedup", "sol_score", "solar_precision", "trace_sol",
 ]
 
 SOLAR_LAUNCH_FLOOR_MS = 0.0004  # added to every sol_ms of SOL-ExecBench's published table
@@ -184,23 +182,14 @@ def _estimate_solar(work: WorkCount, hardware: HardwareSpec) -> SolEstimate:
                        work.counted_on)
 
 
-def sol_for_workload(definition: Definition, workload: Workload, hardware: HardwareSpec,
-                     mode: SolMode | str = SolMode.OURS, problem_root: Path | None = None,
-                     **options: Any) -> SolEstimate:
-    """`count_work` then `estimate` (formulas are used in `ours` mode only)."""
-    mode = SolMode(mode)
-    work = count_work(definition, workload, problem_root, use_formulas=mode is SolMode.OURS)
-    return estimate(work, hardware, mode, **options)
-
-
 def describe_problem(problem_dir: Path, hardware: HardwareSpec, mode: SolMode | str = SolMode.OURS,
-                     limits: CountLimits = CountLimits()) -> list[dict]:
+                     limits: CountLimits = CountLimits(), *, runner: CountRunner) -> list[dict]:
     """Per workload: FLOPs, bytes, bound and T_sol, or `t_sol_ms` None ("unknown") with the reason
     (`unknown`: memory, time, count or crash) and the message (`error`). Counted in a child
-    process under `limits` (`shared.sol_bounded`)."""
+    process under `limits`, confined by `runner` (`shared.sol_bounded`)."""
     mode = SolMode(mode)
     problem = load_problem(Path(problem_dir), with_seeds=False)
-    counted = count_workloads(problem.definition, problem.workloads, problem.root, limits=limits,
+    counted = count_workloads(problem.definition, problem.workloads, problem.root, runner=runner, limits=limits,
                               use_formulas=mode is SolMode.OURS)
     rows = []
     for workload, count in zip(problem.workloads, counted, strict=True):
@@ -229,10 +218,10 @@ def hardware_for(name: str, mode: SolMode | str, calibration: Path | None = None
 
 
 def report(problem_dir: Path, hardware: HardwareSpec, mode: SolMode | str, as_json: bool,
-           limits: CountLimits = CountLimits()) -> str:
+           limits: CountLimits = CountLimits(), *, runner: CountRunner) -> str:
     """T_sol per workload of the problem in `problem_dir`, as a table (with how many workloads were
     counted) or as JSON."""
-    rows = describe_problem(problem_dir, hardware, mode, limits)
+    rows = describe_problem(problem_dir, hardware, mode, limits, runner=runner)
     if as_json:
         return json.dumps(rows, indent=2)
     label = "physical" if SolMode(mode) is SolMode.OURS else "solar"  # `kernelswarm sol --mode`'s names
@@ -251,23 +240,6 @@ def report(problem_dir: Path, hardware: HardwareSpec, mode: SolMode | str, as_js
 
 
 DEFAULT_HARDWARE = "H200 SXM"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shared.sol", description="T_sol per workload of a problem "
-                                     "(the same as `kernelswarm sol`)")
-    parser.add_argument("problem_dir", type=Path)
-    parser.add_argument("--hardware", default=DEFAULT_HARDWARE, help="a row of shared.hardware or a torch device name")
-    parser.add_argument("--mode", choices=[m.value for m in SolMode], default=SolMode.OURS.value)
-    parser.add_argument("--calibration", type=Path, help="JSON of services.evaluator.calibrate: measured ceilings")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
-    from shared.settings import Settings
-
-    limits = CountLimits.from_settings(Settings.from_env())
-    print(report(args.problem_dir, hardware_for(args.hardware, args.mode, args.calibration), args.mode, args.json,
-                 limits))
-    return 0
 
 
 # --- score and campaign figures -----------------------------------------------------------------
@@ -374,7 +346,3 @@ def campaign_figures(outcomes: Sequence[ProblemOutcome]) -> CampaignFigures:
         share_above_2x=sum(s > 2.0 for s in over_b) / total if total else 0.0,
         median_sol_score=statistics.median(scores) if scores else None,
     )
-
-
-if __name__ == "__main__":
-    sys.exit(main())

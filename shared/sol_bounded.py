@@ -1,14 +1,18 @@
-"""Counting a problem's work in a child process with a memory and a time limit.
+"""Counting a problem's work in a confined child process with a memory and a time limit.
 
 `shared.sol_count.count_work` runs the reference: on meta tensors that costs nothing, but a
 reference that needs values runs on the CPU with real tensors, and one that materialises a huge
 intermediate, or loops, would take the caller's memory or time with it (three quantisation
-problems of SOL-ExecBench took 22 GB of a 24 GB machine and ended other processes). Here the
-counting runs in `python -m shared.sol_child`, which sets `RLIMIT_AS` on itself before it imports
-torch and a soft alarm per workload; this process kills it when a workload makes no progress for
-the time limit plus a grace. A workload it cannot count gets a `Counted` without work, with the
-reason (`UnknownReason`) and a message, never an exception, and the child is started again for the
-workloads after it.
+problems of SOL-ExecBench took 22 GB of a 24 GB machine and ended other processes). A reference is
+also untrusted text (a submitted problem's): it runs only in `python -m shared.sol_child`, started
+by a `CountRunner` that the caller must hand over, the evaluator's sandbox
+(`services.evaluator.sandbox.counting`: the confinement a candidate gets, its own scratch folder,
+the problems' folders read-only) at every entry point; there is no default that would run it
+unconfined. The child sets `RLIMIT_AS` on itself before it imports torch and a soft alarm per
+workload; this process ends it (and all it started) when a workload makes no progress for the time
+limit plus a grace, or once it has every result, without waiting for its pipes to close. A
+workload it cannot count gets a `Counted` without work, with the reason (`UnknownReason`) and a
+message, never an exception, and the child is started again for the workloads after it.
 
 The limits (`CountLimits`) come from the settings `sol_count_memory_mb` and `sol_count_time_s`.
 The address-space limit counts virtual memory: the child with torch imported reserves about
@@ -19,17 +23,15 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from shared.hardware import Precision
 from shared.schema import Definition, Workload
@@ -39,10 +41,7 @@ DEFAULT_MEMORY_MB = 6144
 DEFAULT_TIME_S = 120.0
 GRACE_S = 10.0  # past the child's own alarm, before the hard kill
 STDERR_TAIL = 2000
-# The child runs a problem's reference, which may have come through the submit form: it gets no
-# settings, keys or URLs of this process, only what Python and torch need to start.
-_PASSED_ENV = frozenset({"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "HOME",
-                         "OMP_NUM_THREADS", "MKL_NUM_THREADS"})
+CHILD_MODULE = "shared.sol_child"
 
 
 class UnknownReason(str, Enum):
@@ -74,6 +73,31 @@ class CountLimits:
         return cls(settings.sol_count_memory_mb, settings.sol_count_time_s)
 
 
+class CountChild(Protocol):
+    """A started `python -m shared.sol_child`, confined by the runner that started it."""
+
+    results_fd: int  # this process's end of the channel the child writes its result lines to
+
+    def exit_code(self) -> int | None:
+        """Its exit code once it has ended (negative: the signal), else None."""
+
+    def stop(self, wait_s: float) -> int | None:
+        """Wait up to `wait_s` for it to end by itself, then kill it and every process it started
+        (a daemon in a session of its own included); its exit code."""
+
+    def log_tail(self) -> str:
+        """The end of what it (and the reference) wrote to stdout and stderr."""
+
+
+class CountRunner(Protocol):
+    """What starts the counting child: the evaluator's sandbox (`services.evaluator.sandbox.counting`)."""
+
+    def start(self, request: dict[str, Any], problem_roots: Sequence[Path], memory_mb: int) -> CountChild:
+        """`python -m shared.sol_child` (`CHILD_MODULE`), confined, with `problem_roots` readable,
+        an address space of `memory_mb`, and `request` (JSON-able; the runner adds `results_fd`,
+        the child's descriptor of the results channel) on its stdin."""
+
+
 @dataclass(frozen=True)
 class Counted:
     """One workload's count, or why there is none."""
@@ -90,96 +114,137 @@ class Counted:
         return self.work
 
 
+@dataclass(frozen=True)
+class ToCount:
+    """One problem's workloads to count (`count_problems`)."""
+
+    definition: Definition
+    workloads: tuple[Workload, ...]
+    root: Path | None = None  # the problem's folder: its safetensors inputs
+
+
+@dataclass(frozen=True)
+class _Job:
+    problem: int  # index into the problems of the request
+    workload: Workload
+
+
 def count_bounded(definition: Definition, workload: Workload, problem_root: Path | None = None, *,
-                  limits: CountLimits = CountLimits(), use_formulas: bool = True) -> WorkCount:
+                  runner: CountRunner, limits: CountLimits = CountLimits(), use_formulas: bool = True) -> WorkCount:
     """`count_work` under the limits; a workload it cannot count is a `SolUnknownError`."""
-    [counted] = count_workloads(definition, [workload], problem_root, limits=limits, use_formulas=use_formulas)
+    [counted] = count_workloads(definition, [workload], problem_root, runner=runner, limits=limits,
+                                use_formulas=use_formulas)
     return counted.unwrap()
 
 
 def count_workloads(definition: Definition, workloads: Sequence[Workload], problem_root: Path | None = None, *,
-                    limits: CountLimits = CountLimits(), use_formulas: bool = True) -> list[Counted]:
+                    runner: CountRunner, limits: CountLimits = CountLimits(),
+                    use_formulas: bool = True) -> list[Counted]:
     """Every workload counted in one child, in order; after a child dies or is killed, the
     workload it was on is unknown and a new child counts the rest."""
+    [counted] = count_problems([ToCount(definition, tuple(workloads), problem_root)], runner=runner, limits=limits,
+                               use_formulas=use_formulas)
+    return counted
+
+
+def count_problems(problems: Sequence[ToCount], *, runner: CountRunner, limits: CountLimits = CountLimits(),
+                   use_formulas: bool = True) -> list[list[Counted]]:
+    """The workloads of several problems counted in one child (one torch import for all: `up`'s
+    size check), per problem in order; a child that dies loses only the workload it was on."""
+    jobs = [_Job(index, w) for index, problem in enumerate(problems) for w in problem.workloads]
     results: list[Counted] = []
-    while len(results) < len(workloads):
-        rest = list(workloads[len(results):])
-        done = _run_child(definition, rest, problem_root, limits, use_formulas)
-        results.extend(done)
-    return results
+    while len(results) < len(jobs):
+        results.extend(_run_child(problems, jobs[len(results):], runner, limits, use_formulas))
+    grouped: list[list[Counted]] = [[] for _ in problems]
+    for job, counted in zip(jobs, results, strict=True):
+        grouped[job.problem].append(counted)
+    return grouped
 
 
-def _run_child(definition: Definition, workloads: list[Workload], problem_root: Path | None,
-               limits: CountLimits, use_formulas: bool) -> list[Counted]:
-    """Counts as many of `workloads` as one child manages: each reported one, then the one it
-    was on when it died or was killed (all of them when it never started)."""
-    request = json.dumps({
-        "definition": json.loads(definition.model_dump_json(exclude_unset=True)),
-        "workloads": [json.loads(w.model_dump_json(exclude_unset=True)) for w in workloads],
-        "problem_root": str(Path(problem_root).resolve()) if problem_root is not None else None,
+def _request(problems: Sequence[ToCount], jobs: list[_Job], limits: CountLimits, use_formulas: bool) -> dict[str, Any]:
+    return {
+        "definitions": [json.loads(p.definition.model_dump_json(exclude_unset=True)) for p in problems],
+        "roots": [str(Path(p.root).resolve()) if p.root is not None else None for p in problems],
+        "jobs": [{"problem": j.problem, "workload": json.loads(j.workload.model_dump_json(exclude_unset=True))}
+                 for j in jobs],
         "use_formulas": use_formulas, "time_s": limits.time_s, "cpu_budget_bytes": limits.cpu_budget_bytes,
-    })
-    env = {k: v for k, v in os.environ.items() if k in _PASSED_ENV} | {"KERNELSWARM_SOL_CHILD_MEMORY_MB": str(limits.memory_mb)}
-    with tempfile.TemporaryFile() as stderr:
-        child = subprocess.Popen([sys.executable, "-m", "shared.sol_child"], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=stderr, env=env, start_new_session=True)
-        try:
-            child.stdin.write(request.encode())
-            child.stdin.close()
-        except BrokenPipeError:
-            pass
-        try:
-            results, started, killed = _read_results(child, workloads, limits)
-        finally:
-            code = _reap(child)
-            child.stdout.close()
-        if len(results) == len(workloads):
-            return results
-        stderr.seek(0)
-        tail = stderr.read().decode(errors="replace")[-STDERR_TAIL:].strip()
-    current = workloads[len(results)]
-    if killed:
-        results.append(Counted(current.uuid, None, UnknownReason.TIME,
-                               f"counting ran past the time limit of {limits.time_s:g} s (sol_count_time_s)"))
+        "memory_mb": limits.memory_mb,
+    }
+
+
+def _run_child(problems: Sequence[ToCount], jobs: list[_Job], runner: CountRunner, limits: CountLimits,
+               use_formulas: bool) -> list[Counted]:
+    """Counts as many of `jobs` as one child manages: each reported one, then the one it was on
+    when it died or was killed (all of them when it never started)."""
+    roots = sorted({Path(p.root).resolve() for p in problems if p.root is not None})
+    child = runner.start(_request(problems, jobs, limits, use_formulas), roots, limits.memory_mb)
+    results: list[Counted] = []
+    started, end = False, _End.LATE  # an exception while reading: killed at once
+    try:
+        results, started, end = _read_results(child, jobs, limits)
+    finally:  # every result in, or killed: no need to wait for its end; else its own exit code
+        code = child.stop(limits.grace_s if end is _End.EXITED else 0.0)
+    if end is _End.DONE:
         return results
-    reason, message = _death(code, limits, tail)
+    current = jobs[len(results)].workload
+    if end is _End.LATE:
+        return [*results, Counted(current.uuid, None, UnknownReason.TIME,
+                                  f"counting ran past the time limit of {limits.time_s:g} s (sol_count_time_s)")]
+    if end is _End.GARBLED:
+        return [*results, Counted(current.uuid, None, UnknownReason.CRASH,
+                                  "the counting process wrote a line that is not a result")]
+    reason, message = _death(code, limits, child.log_tail()[-STDERR_TAIL:].strip())
     if not started:  # the child never counted anything: every workload has the same fate
-        return [Counted(w.uuid, None, reason, f"the counting process did not start: {message}") for w in workloads]
-    results.append(Counted(current.uuid, None, reason, message))
-    return results
+        return [Counted(j.workload.uuid, None, reason, f"the counting process did not start: {message}") for j in jobs]
+    return [*results, Counted(current.uuid, None, reason, message)]
 
 
-def _read_results(child: subprocess.Popen, workloads: list[Workload],
-                  limits: CountLimits) -> tuple[list[Counted], bool, bool]:
-    """Lines from the child until it ends or a workload makes no progress for the time limit
-    plus the grace: (results, whether it said it was ready, whether it was killed)."""
-    import selectors
+class _End(Enum):
+    """How reading a child's results ended."""
 
+    DONE = "done"  # every result in
+    EXITED = "exited"  # it ended (or closed its channel) before that
+    LATE = "late"  # a workload made no progress for the time limit plus the grace
+    GARBLED = "garbled"  # it wrote a line that is not a result (the reference writes where it should not)
+
+
+def _read_results(child: CountChild, jobs: list[_Job], limits: CountLimits) -> tuple[list[Counted], bool, _End]:
+    """Lines from the child until it has sent every result, ends, or a workload makes no progress
+    for the time limit plus the grace: (results, whether it said it was ready, how it ended). Its
+    end is seen by its exit, not only by the channel's end: a process it left behind may hold the
+    channel open."""
     results: list[Counted] = []
     started = False
     buffer = b""
     deadline = time.monotonic() + limits.time_s + limits.grace_s + 60.0  # the first: torch's import too
     with selectors.DefaultSelector() as selector:
-        selector.register(child.stdout, selectors.EVENT_READ)
-        while True:
+        selector.register(child.results_fd, selectors.EVENT_READ)
+        while len(results) < len(jobs):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                _kill(child)
-                return results, started, True
-            if not selector.select(timeout=min(remaining, 1.0)):
+                return results, started, _End.LATE
+            ended = child.exit_code() is not None  # what it wrote before it ended is still read below
+            if not selector.select(timeout=0.0 if ended else min(remaining, 0.5)):
+                if ended:
+                    return results, started, _End.EXITED
                 continue
-            chunk = os.read(child.stdout.fileno(), 1 << 16)
+            chunk = os.read(child.results_fd, 1 << 16)
             if not chunk:
-                return results, started, False
+                return results, started, _End.EXITED
             buffer += chunk
-            while b"\n" in buffer:
+            while b"\n" in buffer and len(results) < len(jobs):
                 line, buffer = buffer.split(b"\n", 1)
-                message = json.loads(line)
-                if message.get("ready"):
+                try:
+                    message = json.loads(line)
+                    counted = None if message.get("ready") else _counted(jobs[len(results)].workload, message)
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    return results, started, _End.GARBLED
+                if counted is None:
                     started = True
                 else:
-                    results.append(_counted(workloads[len(results)], message))
+                    results.append(counted)
                 deadline = time.monotonic() + limits.time_s + limits.grace_s
+    return results, started, _End.DONE
 
 
 def _counted(workload: Workload, message: dict) -> Counted:
@@ -202,21 +267,6 @@ def _death(code: int | None, limits: CountLimits, tail: str) -> tuple[UnknownRea
         return UnknownReason.MEMORY, (f"the counting process ran out of its memory limit of {limits.memory_mb} "
                                       f"MiB (sol_count_memory_mb): {last}")
     return UnknownReason.CRASH, f"the counting process exited with {code}: {last}"
-
-
-def _kill(child: subprocess.Popen) -> None:
-    try:
-        os.killpg(child.pid, signal.SIGKILL)  # its own session: anything the reference started too
-    except ProcessLookupError:
-        pass
-
-
-def _reap(child: subprocess.Popen) -> int | None:
-    try:
-        return child.wait(timeout=GRACE_S)
-    except subprocess.TimeoutExpired:
-        _kill(child)
-        return child.wait()
 
 
 def work_to_json(work: WorkCount) -> dict[str, Any]:

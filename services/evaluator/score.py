@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from services.evaluator.harness.timing import host_clock_floor_ms
+from services.evaluator.sandbox.counting import SandboxRunner
 from shared.hardware import HardwareSpec, UnknownHardwareError, lookup
 from shared.schema import Definition, SolScore, Workload
 from shared.sol import SolCountError, baseline_ms, estimate, hack_floor_ms, sol_score
@@ -53,6 +54,7 @@ MAX_COUNTED = 4096
 _COUNTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sol-count")
 _LOCK = threading.Lock()
 COUNT_LIMITS = CountLimits()  # the settings' sol_count_memory_mb and sol_count_time_s (`use_count_limits`)
+RUNNER = SandboxRunner()  # the child runs the problem's reference: confined as a candidate is
 
 
 def use_count_limits(limits: CountLimits) -> None:
@@ -89,7 +91,7 @@ def _futures(definition: Definition, workloads: list[Workload], problem_root: Pa
 def _count_into(definition: Definition, workloads: list[Workload], problem_root: Path | None,
                 futures: list[Future]) -> None:
     try:
-        counted = count_workloads(definition, workloads, problem_root, limits=COUNT_LIMITS)
+        counted = count_workloads(definition, workloads, problem_root, runner=RUNNER, limits=COUNT_LIMITS)
     except BaseException as error:  # the futures' waiters get it; nothing is swallowed
         for future in futures:
             future.set_exception(error)

@@ -421,17 +421,17 @@ def test_attention_counted_on_cpu_is_still_matrix_work():
 def test_command_line_prints_every_workload(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     import json
 
-    from shared.sol import main
+    from kernelswarm.cli import main
 
     (tmp_path / "definition.json").write_text(GEMM.model_dump_json(exclude_none=True))
     (tmp_path / "workload.jsonl").write_text("".join(
         json.dumps({"uuid": f"m{m}", "axes": {"M": m}, "inputs": {"A": {"type": "random"}, "B": {"type": "random"}}})
         + "\n" for m in (1, 256)))
-    assert main([str(tmp_path), "--hardware", "NVIDIA H100 80GB HBM3", "--json"]) == 0
+    assert main(["sol", str(tmp_path), "--hardware", "NVIDIA H100 80GB HBM3", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["uuid"] for r in rows] == ["m1", "m256"] and rows[1]["matrix_flops"] == 268_435_456
     assert rows[0]["bound"] == "memory" and rows[0]["hardware"] == "H100 SXM"
-    assert main([str(tmp_path), "--mode", "solar"]) == 0
+    assert main(["sol", str(tmp_path), "--mode", "solar"]) == 0
     assert "B200 @ 1500 MHz (SOLAR)" in capsys.readouterr().out
 
 

@@ -6,13 +6,16 @@ and this process is untouched."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
 from kernelswarm.cli import main
+from services.evaluator.sandbox.counting import SandboxRunner
 from shared.schema import Workload
-from shared.sol_bounded import CountLimits, SolUnknownError, UnknownReason, count_bounded, count_workloads
+from shared.sol_bounded import (CountLimits, SolUnknownError, UnknownReason, count_bounded, count_workloads,
+                                 work_to_json)
 from shared.sol_count import count_work
 from tests.shared.test_sol import GEMM, RMSNORM, define, random_workload
 
@@ -29,35 +32,38 @@ DEAF = define({"n": None}, {"x": (["n"], "float32")}, {"y": (["n"], "float32")},
 SUICIDE = define({"n": None}, {"x": (["n"], "float32")}, {"y": (["n"], "float32")},
                  "import os\n\ndef run(x):\n    if x.shape[0] == 2:\n        os._exit(3)\n    return x * 2\n")
 SMALL = CountLimits(memory_mb=2048, time_s=3.0, grace_s=2.0)
+RUNNER = SandboxRunner()
 
 
 def test_the_child_counts_what_count_work_counts_here():
     workloads = [random_workload(GEMM, M=256), random_workload(GEMM, M=1 << 22)]  # A alone 8 GiB: meta
-    counted = count_workloads(GEMM, workloads, limits=SMALL)
+    counted = count_workloads(GEMM, workloads, runner=RUNNER, limits=SMALL)
     assert [c.work for c in counted] == [count_work(GEMM, w) for w in workloads]
     assert all(c.reason is None and c.peak_mb and c.peak_mb < SMALL.memory_mb for c in counted)
-    assert count_bounded(RMSNORM, random_workload(RMSNORM, T=64)) == count_work(RMSNORM, random_workload(RMSNORM, T=64))
+    rmsnorm = random_workload(RMSNORM, T=64)
+    assert count_bounded(RMSNORM, rmsnorm, runner=RUNNER) == count_work(RMSNORM, rmsnorm)
 
 
 def test_a_reference_over_the_memory_limit_is_unknown_for_memory_and_this_process_survives():
-    counted = count_workloads(HOG, [random_workload(HOG, n=16), random_workload(HOG, n=32)], limits=SMALL)
+    workloads = [random_workload(HOG, n=16), random_workload(HOG, n=32)]
+    counted = count_workloads(HOG, workloads, runner=RUNNER, limits=SMALL)
     assert [c.reason for c in counted] == [UnknownReason.MEMORY, UnknownReason.MEMORY]
     assert all(c.work is None and "memory limit of 2048 MiB" in c.message for c in counted)
     with pytest.raises(SolUnknownError, match="memory limit") as raised:
-        count_bounded(HOG, random_workload(HOG, n=16), limits=SMALL)
+        count_bounded(HOG, random_workload(HOG, n=16), runner=RUNNER, limits=SMALL)
     assert raised.value.reason is UnknownReason.MEMORY
 
 
 @pytest.mark.parametrize("definition", [LOOP, DEAF], ids=["loop", "ignores-the-alarm"])
 def test_a_reference_that_loops_forever_is_unknown_for_time(definition):
-    [counted] = count_workloads(definition, [random_workload(definition, n=4)], limits=SMALL)
+    [counted] = count_workloads(definition, [random_workload(definition, n=4)], runner=RUNNER, limits=SMALL)
     assert counted.reason is UnknownReason.TIME and counted.work is None
     assert "time limit of 3 s" in counted.message
 
 
 def test_a_child_that_dies_loses_only_its_workload():
     workloads = [random_workload(SUICIDE, n=n) for n in (1, 2, 3)]
-    counted = count_workloads(SUICIDE, workloads, limits=SMALL)
+    counted = count_workloads(SUICIDE, workloads, runner=RUNNER, limits=SMALL)
     assert [c.work is not None for c in counted] == [True, False, True]
     assert counted[1].reason is UnknownReason.CRASH and "exited with 3" in counted[1].message
     assert counted[2].work == count_work(SUICIDE, workloads[2])
@@ -66,7 +72,7 @@ def test_a_child_that_dies_loses_only_its_workload():
 def test_a_missing_data_file_is_unknown_for_count(tmp_path: Path):
     workload = Workload.model_validate({"uuid": "w", "axes": {"M": 8}, "inputs": {
         "A": {"type": "safetensors", "path": "blob/a.safetensors", "tensor_key": "A"}, "B": {"type": "random"}}})
-    [counted] = count_workloads(GEMM, [workload], tmp_path, limits=SMALL)
+    [counted] = count_workloads(GEMM, [workload], tmp_path, runner=RUNNER, limits=SMALL)
     assert counted.reason is UnknownReason.COUNT and "blob/a.safetensors" in counted.message
 
 
@@ -95,5 +101,73 @@ def test_the_child_sees_none_of_this_processs_settings_or_keys(monkeypatch: pyte
     spy = define({"n": None}, {"x": (["n"], "float32")}, {"y": (["n"], "float32")},
                  "import os\n\ndef run(x):\n    leaked = [k for k in os.environ if 'OPENAI' in k or 'DATABASE' in k]\n"
                  "    assert not leaked, leaked\n    return x * 2\n")
-    [counted] = count_workloads(spy, [random_workload(spy, n=4)], limits=SMALL)
+    [counted] = count_workloads(spy, [random_workload(spy, n=4)], runner=RUNNER, limits=SMALL)
     assert counted.work is not None, counted.message
+
+
+class HeldOpenChild:
+    """A counting child that wrote `lines` and exited, while something it left behind (the test's
+    end of the socket pair, a daemon's stand-in) holds its channel open."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self._ours, self.theirs = socket.socketpair()
+        self.theirs.sendall(b"".join(lines))
+        self.results_fd = self._ours.fileno()
+        self.stopped_with: float | None = None
+
+    def exit_code(self) -> int | None:
+        return 0
+
+    def stop(self, wait_s: float) -> int | None:
+        self.stopped_with = wait_s
+        self._ours.close()
+        self.theirs.close()
+        return 0
+
+    def log_tail(self) -> str:
+        return ""
+
+
+class FakeRunner:
+    def __init__(self, *lines: bytes) -> None:
+        self.lines, self.started = list(lines), []
+
+    def start(self, request, problem_roots, memory_mb):
+        self.started.append(HeldOpenChild(self.lines))
+        return self.started[-1]
+
+
+def test_a_child_that_exited_is_not_waited_for_while_its_channel_stays_open():
+    work = json.dumps({"work": work_to_json(count_work(GEMM, random_workload(GEMM, M=8)))}).encode()
+    runner = FakeRunner(b'{"ready": true}\n', work + b"\n")
+    counted = count_workloads(GEMM, [random_workload(GEMM, M=8), random_workload(GEMM, M=16)], runner=runner,
+                              limits=CountLimits(time_s=3600.0))  # would be an hour's wait for the channel's end
+    assert counted[0].work == count_work(GEMM, random_workload(GEMM, M=8))
+    assert counted[1].reason is UnknownReason.CRASH and "exited with 0" in counted[1].message
+    assert [child.stopped_with for child in runner.started] == [CountLimits().grace_s]  # its exit code, then the kill
+
+
+def test_a_line_that_is_not_a_result_loses_only_its_workload():
+    runner = FakeRunner(b'{"ready": true}\n', b'{"work": "forged"}\n')
+    [counted] = count_workloads(GEMM, [random_workload(GEMM, M=8)], runner=runner)
+    assert counted.reason is UnknownReason.CRASH and "not a result" in counted.message
+
+
+def test_there_is_no_count_without_a_runner():
+    with pytest.raises(TypeError, match="runner"):
+        count_workloads(GEMM, [random_workload(GEMM, M=8)])  # type: ignore[call-arg]
+
+
+def test_shared_imports_no_service():
+    """shared/ holds what services share (DESIGN.md, Layout): its counting takes the sandbox as a
+    `CountRunner` instead of importing it."""
+    import ast
+
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for path in sorted((root / "shared").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            found += [f"{path.relative_to(root)}: {n}" for n in names if n.split(".")[0] in ("services", "kernelswarm")]
+    assert found == []
