@@ -38,7 +38,7 @@ def register(app: Celery, runtime: Runtime) -> None:
     faults = redis.Redis.from_url(runtime.settings.redis_url, socket_timeout=2) if runtime.settings.redis_url else None
 
     @app.task(name=EVALUATE, bind=True, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True,
-              max_retries=5)
+              max_retries=5, shared=False)  # bound to this runtime: not added to every other Celery app
     def evaluate(self, attempt_id: str, device: str = "cpu") -> str:
         try:
             return evaluate_attempt(runtime, attempt_id, device, self.request.hostname, stale_after_s)
