@@ -30,10 +30,10 @@ if TYPE_CHECKING:
 GRACE_S = 30.0
 STOP_WAIT_S = 15.0  # for the workers' warm shutdown, SIGTERM to SIGKILL
 CUT_OFF_WAIT_S = 3.0  # the same, once the attempts in flight have had their GRACE_S: for the idle ones
-MAX_RESTARTS = 5  # a process that exits this often within RESTART_WINDOW_S is left dead (and `up` stops)
+MAX_RESTARTS = 5  # a process that exits more often within RESTART_WINDOW_S is in a crash loop: still restarted
 RESTART_WINDOW_S = 600.0
-RESTART_BACKOFF_S = 1.0  # the wait before each restart within the window: 0, 1, 2, 4, 8 s
-RESTART_BACKOFF_MAX_S = 30.0
+RESTART_BACKOFF_S = 1.0  # the wait before each restart within the window: 0, 1, 2, 4, 8 s, ... up to the max
+RESTART_BACKOFF_MAX_S = 60.0
 REDIS = "redis"  # the supervised name of the private redis-server
 WEB_LOGGER = "werkzeug"  # werkzeug's server logs each request there at INFO, and its own errors
 
@@ -153,22 +153,28 @@ def settings_env(settings: Settings) -> dict[str, str]:
 @dataclass(frozen=True)
 class Exit:
     """A supervised process that ended and was reaped: started again after `restart_in_s` (the
-    `restart`-th time within RESTART_WINDOW_S), or given up when `restart_in_s` is None."""
+    `restart`-th time within RESTART_WINDOW_S). Never given up: one process that keeps dying (an
+    evaluator killed by what it runs, an out-of-memory kill) must not stop the swarm; past
+    MAX_RESTARTS it is in a crash loop, said so, and restarted at the longest backoff."""
 
     name: str
     pid: int
     returncode: int
-    restart_in_s: float | None
+    restart_in_s: float
     restart: int
+
+    @property
+    def crash_loop(self) -> bool:
+        return self.restart > MAX_RESTARTS
 
     def describe(self) -> str:
         what = f"{self.name} (pid {self.pid}) {describe_exit(self.returncode)}"
-        if self.restart_in_s is None:
-            return (f"{what}, after {MAX_RESTARTS} restarts within {RESTART_WINDOW_S / 60:.0f} min: "
-                    "not starting it again")
         when = "now" if self.restart_in_s == 0 else f"in {self.restart_in_s:g} s"
-        return (f"{what}; starting it again {when}, restart {self.restart} of {MAX_RESTARTS} within "
-                f"{RESTART_WINDOW_S / 60:.0f} min")
+        window = f"{RESTART_WINDOW_S / 60:.0f} min"
+        if self.crash_loop:
+            return (f"{what}; it keeps exiting ({self.restart} restarts within {window}): starting it again {when}, "
+                    "backing off; the other processes keep running")
+        return f"{what}; starting it again {when}, restart {self.restart} of {MAX_RESTARTS} within {window}"
 
 
 @dataclass
@@ -176,8 +182,9 @@ class Services:
     """The processes of one local swarm, supervised: the Celery workers, each with its own log file,
     and the private redis-server when `redis` is given. As compose's `restart: unless-stopped`, a
     process that exits is reaped and started again (Redis on the same port), after a backoff that
-    doubles from `backoff_s`; one that exits after `MAX_RESTARTS` restarts within `RESTART_WINDOW_S`
-    is given up (a crash loop)."""
+    doubles from `backoff_s` up to RESTART_BACKOFF_MAX_S; one that exits after `MAX_RESTARTS` restarts
+    within `RESTART_WINDOW_S` is in a crash loop (said on the console and /status), restarted at the
+    longest backoff, never given up: the others keep running."""
 
     settings: Settings
     log_dir: Path
@@ -188,7 +195,7 @@ class Services:
     restart_counts: dict[str, int] = field(default_factory=dict)  # name -> restarts since start
     last_exits: dict[str, str] = field(default_factory=dict)  # name -> how it last ended
     due: dict[str, float] = field(default_factory=dict)  # name -> monotonic time its restart is due
-    given_up: list[str] = field(default_factory=list)
+    crash_loops: set[str] = field(default_factory=set)  # names restarted more than MAX_RESTARTS within the window
     lock: threading.Lock = field(default_factory=threading.Lock)  # for `states`, read by the web's thread
 
     def start(self) -> None:
@@ -230,7 +237,7 @@ class Services:
         give it up), then start again those whose backoff is over. Returns the exits it saw."""
         now = time.monotonic()
         exits = [self._exited(name, process, now) for name, process in list(self.processes.items())
-                 if name not in self.due and name not in self.given_up and process.poll() is not None]
+                 if name not in self.due and process.poll() is not None]
         for name, due_at in list(self.due.items()):
             if due_at <= now:
                 del self.due[name]
@@ -243,23 +250,26 @@ class Services:
     def _exited(self, name: str, process: subprocess.Popen, now: float) -> Exit:
         recent = [t for t in self.restarts.get(name, []) if now - t < RESTART_WINDOW_S]
         self.restarts[name] = recent
+        looping = len(recent) >= MAX_RESTARTS
         with self.lock:
             self.last_exits[name] = describe_exit(process.returncode)
-        if len(recent) >= MAX_RESTARTS:
-            self.given_up.append(name)
-            return Exit(name, process.pid, process.returncode, None, len(recent))
-        delay = 0.0 if not recent else min(self.backoff_s * 2 ** (len(recent) - 1), RESTART_BACKOFF_MAX_S)
+            (self.crash_loops.add if looping else self.crash_loops.discard)(name)
+        if looping:
+            delay = RESTART_BACKOFF_MAX_S
+        else:
+            delay = 0.0 if not recent else min(self.backoff_s * 2 ** (len(recent) - 1), RESTART_BACKOFF_MAX_S)
         self.due[name] = now + delay
         return Exit(name, process.pid, process.returncode, delay, len(recent) + 1)
 
     def states(self) -> list[SupervisedProcess]:
         """What /status shows of each process: its pid (None while it waits to be started again),
-        its restarts since `up` started and how it last ended."""
+        its restarts since `up` started, how it last ended and whether it is in a crash loop."""
         from services.web.status_data import SupervisedProcess
 
         with self.lock:
-            return [SupervisedProcess(name=name, pid=None if name in self.due or name in self.given_up else p.pid,
-                                      restarts=self.restart_counts.get(name, 0), last_exit=self.last_exits.get(name))
+            return [SupervisedProcess(name=name, pid=None if name in self.due else p.pid,
+                                      restarts=self.restart_counts.get(name, 0), last_exit=self.last_exits.get(name),
+                                      crash_loop=name in self.crash_loops)
                     for name, p in self.processes.items()]
 
     def stop(self, wait_s: float = STOP_WAIT_S) -> None:

@@ -178,11 +178,11 @@ def _watch(db: Database, campaign_id: int, services: Services, duration_s: float
 
 
 def _report_exits(exits: list[Exit], services: Services, out: Console) -> None:
-    """One line per process that exited; a process given up (a crash loop) stops `up` (exit code 2)."""
+    """One line per process that exited. None stops `up`: one in a crash loop (what an attempt
+    that kills its evaluator, or the machine, does to it) is said in red and restarted with backoff."""
     for exit_ in exits:
-        if exit_.restart_in_s is None:
-            raise UserError(f"{exit_.describe()}; stopping (log: {services.log_of(exit_.name)})")
-        out.print(f"[yellow]{exit_.describe()}[/yellow] (log: {services.log_of(exit_.name)})", highlight=False)
+        colour = "bold red" if exit_.crash_loop else "yellow"
+        out.print(f"[{colour}]{exit_.describe()}[/{colour}] (log: {services.log_of(exit_.name)})", highlight=False)
 
 
 def _counts(db: Database, campaign_id: int) -> dict[str, int]:

@@ -39,6 +39,11 @@ class EvaluatorFault(RetryableError):
     the solution, its writer or the problem."""
 
 
+class DatabaseFault(RetryableError):
+    """The DB refused a read or a write for a fault of its own (a disk I/O error, a lost connection,
+    a lock held too long): the task is retried, the attempt never lost (issue 40, H3)."""
+
+
 class EndpointError(KernelSwarmError):
     """The LLM endpoint refuses the writer for good, whatever is retried: `kind` is `auth` (401,
     403: a wrong key), `model` (404: no such model), `quota` (429 insufficient_quota: the account

@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import platform
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import TypeVar
 
-from sqlalchemy import or_, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.exc import IntegrityError, InterfaceError, InternalError, OperationalError
 from sqlalchemy.orm import Session
 
 from shared.db import AttemptRow, BaselineRow, Database, ProblemRow, TraceRow, utcnow
-from shared.errors import NotFoundError, RetryableError
+from shared.errors import DatabaseFault, EvaluatorFault, NotFoundError, RetryableError
 from shared.repository import (
     IN_FLIGHT, NOT_EVALUATED, PARTIAL, PROFILE, VERDICT_KIND, attempt_workloads, get_solution, problem_from_row,
 )
@@ -24,6 +29,7 @@ from shared.schema import AttemptInfo, Status
 from services.evaluator.calibrate import stored
 from services.evaluator.config import EvalConfig
 from services.evaluator.evaluate import build_arch, environment, evaluate, scratch_root
+from services.evaluator.machine import MachineLimits, machine_fault
 from services.evaluator.score import hardware_for
 from services.evaluator.spares import spares_for
 from services.evaluator.tools.attempt import answer
@@ -31,9 +37,14 @@ from services.evaluator.tools.attempt import answer
 log = logging.getLogger(__name__)
 
 
-MAX_TRIES = 2  # evaluations an attempt may start: one whose evaluator died under it twice is not run again
-DIED_MESSAGE = ("its evaluator died {tries} times while running it (a crash, an out-of-memory kill or a "
-                "restart); not run again")
+MAX_TRIES = 2  # evaluations an attempt may start: one whose evaluator died under it twice is quarantined
+DIED_MESSAGE = ("quarantined: its evaluator died {tries} times while running it (a crash, an out-of-memory kill "
+                "or a restart); not run again")
+DB_FAULTS = (OperationalError, InterfaceError, InternalError)  # the DB's own failures, not a wrong query
+WRITE_TRIES = 4  # a verdict in hand is written again this often (backoff 1, 2, 4 s) before the task retries
+WRITE_BACKOFF_S = 1.0
+HEARTBEAT_S = 30.0  # how often an evaluator says, in `attempts.seen_at`, that it still runs its attempt
+T = TypeVar("T")
 
 
 def evaluate_attempt(runtime: Runtime, attempt_id: str, device: str, evaluator: str | None = None,
@@ -46,7 +57,7 @@ def evaluate_attempt(runtime: Runtime, attempt_id: str, device: str, evaluator: 
     holds the attempt, or after the planner gave it up for lost (a verdict that arrives wins)."""
     db = runtime.db
     me = evaluator or f"{platform.node()}/{os.getpid()}"
-    with db.session() as session:
+    with db_faults("claiming the attempt"), db.session() as session:
         attempt = session.get(AttemptRow, attempt_id)
         if attempt is None:
             raise NotFoundError(f"no attempt {attempt_id}")
@@ -69,13 +80,68 @@ def evaluate_attempt(runtime: Runtime, attempt_id: str, device: str, evaluator: 
                            worker=attempt.worker, parent=None)
         solution_hash, kind, tool_args = attempt.solution_hash, attempt.kind or VERDICT_KIND, attempt.tool_args
     try:
-        if kind != VERDICT_KIND:
-            return _diagnose_claimed(runtime, attempt_id, device, me, problem, problem_id, solution_hash, kind,
-                                     tool_args)
-        return _evaluate_claimed(runtime, attempt_id, device, me, problem, problem_id, info, solution_hash, partial)
+        with db_faults("evaluating the attempt"), heartbeat(db, attempt_id, me):
+            if kind != VERDICT_KIND:
+                return _diagnose_claimed(runtime, attempt_id, device, me, problem, problem_id, solution_hash, kind,
+                                         tool_args)
+            return _evaluate_claimed(runtime, attempt_id, device, me, problem, problem_id, info, solution_hash,
+                                     partial)
     except RetryableError:  # the store or the DB failed, not the solution: give the claim back
         _release(db, attempt_id, me)
         raise
+
+
+@contextmanager
+def db_faults(what: str) -> Iterator[None]:
+    """The DB's own failures (a disk I/O error, a lost connection) as `DatabaseFault`: the task
+    retries them with backoff; a bug in a query stays what it is."""
+    try:
+        yield
+    except DB_FAULTS as error:
+        raise DatabaseFault(f"the DB failed while {what}: {getattr(error, 'orig', None) or error}") from error
+
+
+def write_retrying(db: Database, what: str, write: Callable[[Session], T]) -> T:
+    """`write` in a transaction of its own, tried again with backoff while the DB fails: what an
+    evaluation measured is not thrown away for a DB that fails for a second. `write` re-reads the
+    row (a commit that did land, and a retry that finds it done, write nothing twice)."""
+    for attempt in range(WRITE_TRIES):
+        try:
+            with db.session() as session:
+                return write(session)
+        except DB_FAULTS as error:
+            if attempt == WRITE_TRIES - 1:
+                raise DatabaseFault(f"the DB failed while {what} ({WRITE_TRIES} tries): "
+                                    f"{getattr(error, 'orig', None) or error}") from error
+            log.warning("the DB failed while %s (try %d of %d): %s", what, attempt + 1, WRITE_TRIES, error)
+            time.sleep(WRITE_BACKOFF_S * 2 ** attempt)
+    raise AssertionError("unreachable")
+
+
+@contextmanager
+def heartbeat(db: Database, attempt_id: str, me: str) -> Iterator[None]:
+    """While the attempt runs, `seen_at` every HEARTBEAT_S: the planner's sweep sends again a
+    RUNNING attempt whose evaluator stopped beating (it died, froze, or its task ended without a
+    verdict) and never one that still runs, however long it takes."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            try:
+                with db.session() as session:
+                    session.execute(update(AttemptRow).where(AttemptRow.id == attempt_id,
+                                                             AttemptRow.status == "RUNNING", AttemptRow.evaluator == me)
+                                    .values(seen_at=utcnow()).execution_options(synchronize_session=False))
+            except DB_FAULTS as error:  # the next beat tries again; the sweep waits several of them
+                log.warning("attempt=%s heartbeat not written: %s", attempt_id, error)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{attempt_id[:8]}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
 
 
 def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, problem, problem_id: int,
@@ -90,38 +156,48 @@ def _evaluate_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, p
     config = dataclasses.replace(_config(runtime, device, hardware), compile_baselines=cached,
                                  measure_compile=device.startswith("cuda") and len(cached) < len(problem.workloads))
     result = evaluate(problem, solution, config, attempt=info)
+    fault = machine_fault(result, MachineLimits.measure(scratch_root(config)))
+    if fault is not None:  # the machine's limit, not the candidate's: retried, never its verdict
+        raise EvaluatorFault(fault)
     traces_hash = store.put(result.traces_jsonl())
-    with db.session() as session:
-        attempt = session.get(AttemptRow, attempt_id)
-        if not _still_ours(session, attempt, me):
-            log.warning("attempt=%s was taken over (%s, %s) while this evaluator ran it: verdict %s dropped",
-                        attempt_id, attempt.status, attempt.evaluator, result.status.value)
-            return attempt.status
-        attempt.status = PARTIAL if partial and result.status is Status.PASSED else result.status.value
-        attempt.hardware = hardware
-        attempt.sol_score = result.sol_score
-        attempt.workloads_total = len(result.traces)
-        attempt.workloads_passed = result.workloads_passed
-        attempt.latency_ms = result.latency_ms
-        attempt.speedup = result.speedup
-        attempt.message = result.message[:4000] or None
-        attempt.traces_hash = traces_hash
-        attempt.finished_at = utcnow()
-        for trace in result.traces:
-            perf, sol = trace.evaluation.performance, trace.evaluation.sol
-            session.add(TraceRow(attempt_id=attempt_id, workload_uuid=trace.workload.uuid,
-                                 status=trace.evaluation.status.value,
-                                 latency_ms=perf.latency_ms if perf else None,
-                                 reference_latency_ms=perf.reference_latency_ms if perf else None,
-                                 speedup=perf.speedup_factor if perf else None,
-                                 t_sol_ms=sol.t_sol_ms if sol else None,
-                                 t_baseline_ms=sol.t_baseline_ms if sol else None,
-                                 sol_score=sol.score if sol else None,
-                                 trace_json=trace.model_dump_json(exclude_none=True)))
-        status = attempt.status
+    status = write_retrying(db, f"writing attempt={attempt_id}'s verdict",
+                            functools.partial(_record_verdict, attempt_id=attempt_id, me=me, result=result,
+                                              partial=partial, hardware=hardware, traces_hash=traces_hash))
     store_compile_baselines(db, problem_id, hardware, result.compile_ms, cached)
     log.info("attempt=%s status=%s speedup=%s", attempt_id, status, result.speedup)
     return status
+
+
+def _record_verdict(session: Session, attempt_id: str, me: str, result, partial: bool, hardware: str,
+                    traces_hash: str) -> str:
+    """The attempt's verdict and traces, while this evaluator still holds it (else nothing)."""
+    attempt = session.get(AttemptRow, attempt_id)
+    if not _still_ours(session, attempt, me):
+        log.warning("attempt=%s was taken over (%s, %s) while this evaluator ran it: verdict %s dropped",
+                    attempt_id, attempt.status, attempt.evaluator, result.status.value)
+        return attempt.status
+    attempt.status = PARTIAL if partial and result.status is Status.PASSED else result.status.value
+    attempt.hardware = hardware
+    attempt.sol_score = result.sol_score
+    attempt.workloads_total = len(result.traces)
+    attempt.workloads_passed = result.workloads_passed
+    attempt.latency_ms = result.latency_ms
+    attempt.speedup = result.speedup
+    attempt.message = result.message[:4000] or None
+    attempt.traces_hash = traces_hash
+    attempt.finished_at = utcnow()
+    for trace in result.traces:
+        perf, sol = trace.evaluation.performance, trace.evaluation.sol
+        session.add(TraceRow(attempt_id=attempt_id, workload_uuid=trace.workload.uuid,
+                             status=trace.evaluation.status.value,
+                             latency_ms=perf.latency_ms if perf else None,
+                             reference_latency_ms=perf.reference_latency_ms if perf else None,
+                             speedup=perf.speedup_factor if perf else None,
+                             t_sol_ms=sol.t_sol_ms if sol else None,
+                             t_baseline_ms=sol.t_baseline_ms if sol else None,
+                             sol_score=sol.score if sol else None,
+                             trace_json=trace.model_dump_json(exclude_none=True)))
+    return attempt.status
 
 
 def _config(runtime: Runtime, device: str, hardware: str) -> EvalConfig:
@@ -145,7 +221,8 @@ def _diagnose_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, p
     hardware = environment(device).hardware
     config = _config(runtime, device, hardware)
     done = answer(kind, tool_args, problem, solution, config, build_arch(config), config.hardware, hardware)
-    with runtime.db.session() as session:
+
+    def write(session: Session) -> str:
         attempt = session.get(AttemptRow, attempt_id)
         if not _still_ours(session, attempt, me):
             log.warning("attempt=%s was taken over while this evaluator ran it: %s dropped", attempt_id, done.status)
@@ -154,21 +231,25 @@ def _diagnose_claimed(runtime: Runtime, attempt_id: str, device: str, me: str, p
         attempt.workloads_total = len(problem.workloads) if kind == PROFILE else 0
         attempt.gpu_seconds = round(done.seconds, 3) if device.startswith("cuda") else 0.0
         attempt.finished_at = utcnow()
-    log.info("attempt=%s %s status=%s", attempt_id, kind, done.status)
-    return done.status
+        return attempt.status
+
+    status = write_retrying(runtime.db, f"writing {kind} attempt={attempt_id}'s answer", write)
+    log.info("attempt=%s %s status=%s", attempt_id, kind, status)
+    return status
 
 
 def _claim(session: Session, attempt_id: str, me: str, stale_after_s: float | None) -> bool:
     """PENDING -> RUNNING under `me`, in one conditional UPDATE (two evaluators given the same
     attempt: one wins). Also RUNNING ones that are `me`'s (this evaluator died and came back) or
-    stale. Counts the try."""
+    stale (no heartbeat for that long). Counts the try."""
     now = utcnow()
     takeable = [AttemptRow.status == "PENDING", AttemptRow.evaluator == me, AttemptRow.evaluator.is_(None)]
     if stale_after_s is not None:
-        takeable.append(AttemptRow.started_at < now - timedelta(seconds=stale_after_s))
+        seen = func.coalesce(AttemptRow.seen_at, AttemptRow.started_at)
+        takeable.append(seen < now - timedelta(seconds=stale_after_s))
     return session.execute(
         update(AttemptRow).where(AttemptRow.id == attempt_id, AttemptRow.status.in_(IN_FLIGHT), or_(*takeable))
-        .values(status="RUNNING", evaluator=me, started_at=now, tries=AttemptRow.tries + 1)
+        .values(status="RUNNING", evaluator=me, started_at=now, seen_at=now, tries=AttemptRow.tries + 1)
         .execution_options(synchronize_session=False)).rowcount == 1
 
 
@@ -182,23 +263,32 @@ def _still_ours(session: Session, attempt: AttemptRow, me: str) -> bool:
 
 
 def _release(db: Database, attempt_id: str, me: str) -> None:
-    """Back to PENDING, the try not counted: it never ran."""
-    with db.session() as session:
-        session.execute(update(AttemptRow).where(AttemptRow.id == attempt_id, AttemptRow.status == "RUNNING",
-                                                 AttemptRow.evaluator == me)
-                        .values(status="PENDING", evaluator=None, tries=AttemptRow.tries - 1)
-                        .execution_options(synchronize_session=False))
+    """Back to PENDING, the try not counted: it never ran. Where the DB refuses even that, the
+    attempt stays RUNNING without a heartbeat: the planner's sweep sends it again."""
+    try:
+        with db.session() as session:
+            session.execute(update(AttemptRow).where(AttemptRow.id == attempt_id, AttemptRow.status == "RUNNING",
+                                                     AttemptRow.evaluator == me)
+                            .values(status="PENDING", evaluator=None, tries=AttemptRow.tries - 1)
+                            .execution_options(synchronize_session=False))
+    except DB_FAULTS as error:
+        log.warning("attempt=%s claim not given back (the sweep will send it again): %s", attempt_id, error)
 
 
 def give_up(runtime: Runtime, attempt_id: str, error: Exception, tries: int) -> None:
     """After the task's last retry of an infrastructure fault (the store, the DB, `EvaluatorFault`):
     NOT_EVALUATED, which says so and is no verdict (the planner counts it for neither the problem
-    nor the writer), rather than an attempt left PENDING until the planner's deadline."""
-    with runtime.db.session() as session:
-        attempt = session.get(AttemptRow, attempt_id)
-        if attempt is not None and attempt.status == "PENDING":
-            attempt.status, attempt.finished_at = NOT_EVALUATED, utcnow()
-            attempt.message = f"not evaluated: {error} (gave up after {tries} tries)"
+    nor the writer), rather than an attempt left PENDING until the planner's deadline. A DB that
+    refuses even that leaves it to the planner's sweep, which sends it again."""
+    try:
+        with runtime.db.session() as session:
+            attempt = session.get(AttemptRow, attempt_id)
+            if attempt is not None and attempt.status == "PENDING":
+                attempt.status, attempt.finished_at = NOT_EVALUATED, utcnow()
+                attempt.message = f"not evaluated: {error} (gave up after {tries} tries)"
+    except DB_FAULTS as failure:
+        log.error("attempt=%s could not be given up (the sweep will send it again): %s", attempt_id, failure)
+        return
     log.error("attempt=%s not evaluated after %d tries: %s", attempt_id, tries, error)
 
 
@@ -244,3 +334,5 @@ def store_compile_baselines(db: Database, problem_id: int, hardware: str, measur
                                         compile_ms=compile_ms))
         except IntegrityError:
             log.info("baseline for %s on %s already stored", uuid, hardware)
+        except DB_FAULTS as error:  # measured again by a later attempt
+            log.warning("baseline for %s on %s not stored: %s", uuid, hardware, error)

@@ -13,7 +13,7 @@ import redis
 from celery import Celery
 from celery.signals import worker_ready
 
-from services.evaluator import calibrate, score
+from services.evaluator import calibrate, machine, score
 from services.evaluator.evaluate import environment, warm_up
 from services.evaluator.record import evaluate_attempt, give_up, recover
 from shared.celery_app import EVALUATE, send_evaluate
@@ -34,10 +34,11 @@ def apply_settings(settings) -> None:
 def register(app: Celery, runtime: Runtime) -> None:
     stale_after_s = float(app.conf.task_time_limit or 0) or None
     apply_settings(runtime.settings)
+    machine.lift_soft_limits()  # a candidate is promised more than a soft limit the machine started with
     faults = redis.Redis.from_url(runtime.settings.redis_url, socket_timeout=2) if runtime.settings.redis_url else None
 
     @app.task(name=EVALUATE, bind=True, acks_late=True, autoretry_for=(RetryableError,), retry_backoff=True,
-              max_retries=5)
+              max_retries=5, shared=False)  # bound to this runtime: not added to every other Celery app
     def evaluate(self, attempt_id: str, device: str = "cpu") -> str:
         try:
             return evaluate_attempt(runtime, attempt_id, device, self.request.hostname, stale_after_s)

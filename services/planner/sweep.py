@@ -7,6 +7,13 @@
   message, not sent again: its evaluator may have died running it (a kernel that kills its worker
   is not re-run), and its writer has long stopped waiting. A verdict that still arrives wins. This
   holds for attempts without a campaign too (a problem's reference check submitted on the web).
+- An attempt whose evaluation is lost is sent again within minutes, not at the deadline: a RUNNING
+  one whose evaluator stopped its heartbeat (`attempts.seen_at`) for `stalled_after_s` (it died, froze,
+  or its task ended without a verdict: a DB write that failed) goes back to PENDING, and a PENDING one
+  not looked after for `resend_pending_s` (its message lost: a task that failed before it could
+  retry) has its `evaluate` sent again. An attempt that still runs beats, so it is never sent again;
+  the evaluator's claim makes a duplicate harmless, and its count of tries quarantines an attempt
+  whose evaluator died under it twice.
 - A QUEUED assignment whose `write` task may be lost (the planner died between commit and send, or
   the broker lost it) is sent again: all of them at start-up, those older than `requeue_after_s`
   later. A duplicate is harmless: only one writer can claim an assignment.
@@ -30,7 +37,7 @@ from datetime import datetime, timedelta
 
 from kombu.exceptions import OperationalError as KombuOperationalError
 from redis.exceptions import RedisError
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
 from services.planner.best import update_bests
@@ -55,6 +62,7 @@ class SweepReport:
     resent: tuple[int, ...]  # assignments
     ticked: tuple[int, ...]  # campaigns
     reevaluated: tuple[str, ...] = ()  # attempts whose `evaluate` was sent again
+    revived: tuple[str, ...] = ()  # attempts stalled or lost in flight, sent again
 
 
 def expire_leases(db: Database, now: datetime, fallback_lease_s: float) -> list[int]:
@@ -127,6 +135,42 @@ def resend_pending(db: Database, send_evaluate: SendEvaluate, assignments: list[
     return [p.id for p in pending]
 
 
+def revive_stalled(db: Database, send_evaluate: SendEvaluate, now: datetime, stalled_after_s: float,
+                   resend_pending_s: float, sent: tuple[str, ...] = ()) -> list[str]:
+    """RUNNING attempts without a heartbeat for `stalled_after_s` back to PENDING, and `evaluate`
+    sent again for them and for the PENDING attempts (of running campaigns, or of none) not looked
+    after for `resend_pending_s`; `seen_at` records the sending, so each goes again once a period.
+    `sent`: attempts this sweep already sent (not sent twice)."""
+    seen = func.coalesce(AttemptRow.seen_at, AttemptRow.started_at, AttemptRow.created_at)
+    stalled_cutoff, pending_cutoff = now - timedelta(seconds=stalled_after_s), now - timedelta(seconds=resend_pending_s)
+    with db.session() as session:
+        stalled = list(session.scalars(select(AttemptRow.id).where(AttemptRow.status == "RUNNING",
+                                                                   seen < stalled_cutoff)))
+        if stalled:
+            session.execute(update(AttemptRow).where(AttemptRow.id.in_(stalled), AttemptRow.status == "RUNNING",
+                                                     seen < stalled_cutoff)
+                            .values(status="PENDING", evaluator=None, seen_at=now)
+                            .execution_options(synchronize_session=False))
+        lost = list(session.execute(
+            select(AttemptRow.id, AttemptRow.device).outerjoin(CampaignRow, CampaignRow.id == AttemptRow.campaign_id)
+            .where(AttemptRow.status == "PENDING", or_(AttemptRow.id.in_(stalled), seen < pending_cutoff),
+                   or_(AttemptRow.campaign_id.is_(None), CampaignRow.status == RUNNING))
+            .order_by(AttemptRow.created_at)).all())
+        if lost:
+            session.execute(update(AttemptRow).where(AttemptRow.id.in_([r.id for r in lost]),
+                                                     AttemptRow.status == "PENDING")
+                            .values(seen_at=now).execution_options(synchronize_session=False))
+    for attempt_id in stalled:
+        log.warning("attempt=%s: its evaluator gave no sign of life for %.0f s: sent again", attempt_id,
+                    stalled_after_s)
+    for attempt_id, device in lost:
+        if attempt_id not in sent:
+            send_evaluate(attempt_id, device)
+    if lost:
+        log.info("sent evaluate again for %d attempts stalled or lost in flight", len(lost))
+    return [r.id for r in lost]
+
+
 def sweep(db: Database, send_write: SendWrite, send_tick: SendTick, config: PlannerConfig,
           now: datetime | None = None, starting: bool = False, send_evaluate: SendEvaluate | None = None,
           broker_lost: bool = False) -> SweepReport:
@@ -137,10 +181,13 @@ def sweep(db: Database, send_write: SendWrite, send_tick: SendTick, config: Plan
     everything = starting or broker_lost
     resent = resend_queued(db, send_write, None if everything else now - timedelta(seconds=config.requeue_after_s))
     reevaluated: list[str] = []
+    revived: list[str] = []
     if send_evaluate is not None:
         # A writer that died between recording an attempt and sending it left no message: the
         # attempts of the assignments whose lease just ran out go again (after a lost broker, all).
         reevaluated = resend_pending(db, send_evaluate, None if everything else expired)
+        revived = revive_stalled(db, send_evaluate, now, config.stalled_after_s, config.resend_pending_s,
+                                 tuple(reevaluated))
     with db.session() as session:
         running = list(session.scalars(select(CampaignRow.id).where(CampaignRow.status == RUNNING)))
     for campaign_id in running:
@@ -148,7 +195,8 @@ def sweep(db: Database, send_write: SendWrite, send_tick: SendTick, config: Plan
             with db.session() as session:
                 update_bests(session, campaign_id)
         send_tick(campaign_id)
-    return SweepReport(tuple(expired), tuple(timed_out), tuple(resent), tuple(running), tuple(reevaluated))
+    return SweepReport(tuple(expired), tuple(timed_out), tuple(resent), tuple(running), tuple(reevaluated),
+                       tuple(revived))
 
 
 class Sweeper:

@@ -39,11 +39,16 @@ class PlannerConfig:
     """Knobs of the planner process. `attempt_deadline_s`: an attempt without a verdict this long
     after it was recorded is marked TIMEOUT; `requeue_after_s`: a QUEUED assignment this old has
     its `write` task sent again (the claim makes a duplicate harmless); `sweep_every_s`: how often
-    the planner sweeps (leases, deadlines, queued assignments) and ticks every running campaign."""
+    the planner sweeps (leases, deadlines, queued assignments) and ticks every running campaign;
+    `stalled_after_s`: a RUNNING attempt whose evaluator gave no heartbeat this long goes back to
+    PENDING and is sent again; `resend_pending_s`: a PENDING attempt not looked after this long has
+    its `evaluate` sent again (both: the claim makes a duplicate harmless)."""
 
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     attempt_deadline_s: float = 3600.0
     requeue_after_s: float = 600.0
+    stalled_after_s: float = 180.0  # six missed heartbeats (services/evaluator/record.py, HEARTBEAT_S)
+    resend_pending_s: float = 300.0
     sweep_every_s: float = 15.0
     advisor: Advisor | None = field(default=None, compare=False)  # the LLM planner (policy `llm`), if configured
 

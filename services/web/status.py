@@ -10,7 +10,7 @@ from services.web import auth
 from services.web.backends import get_backends
 from services.web.campaigns import SendTick, control
 from services.web.db import get_db
-from services.web.status_data import StatusReport, SupervisedProcess, status_report
+from services.web.status_data import StatusReport, SupervisedProcess, public_view, status_report
 from shared.celery_app import PLAN_TICK
 
 bp = Blueprint("status", __name__)
@@ -50,10 +50,20 @@ def control_api(campaign_id: int, action: str) -> Response:
 
 
 def _report() -> StatusReport:
+    """The whole report for a logged-in user (or an API call with the token); PIDs and host paths
+    left out for anyone else."""
     backends = get_backends()
     processes = current_app.extensions.get(PROCESSES)
     with get_db().session() as session:
-        return status_report(session, backends.redis, backends.celery, processes() if processes else None)
+        report = status_report(session, backends.redis, backends.celery, processes() if processes else None)
+    return report if _may_see_details() else public_view(report)
+
+
+def _may_see_details() -> bool:
+    if auth.logged_in():
+        return True
+    scheme, _, given = (request.headers.get("Authorization") or "").partition(" ")
+    return scheme.lower() == "bearer" and auth.token_matches(given.strip())
 
 
 def _tick_sender() -> SendTick | None:

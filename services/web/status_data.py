@@ -5,6 +5,7 @@ throughput, recent errors and the campaigns."""
 from __future__ import annotations
 
 import logging
+import re
 from datetime import datetime, timedelta, timezone
 
 import redis
@@ -113,6 +114,7 @@ class SupervisedProcess(BaseModel):
     pid: int | None  # None while it waits to be started again
     restarts: int  # since `up` started
     last_exit: str | None  # how it last ended ("was killed by SIGKILL", "exited with code 1")
+    crash_loop: bool = False  # restarted more than MAX_RESTARTS times within 10 min: still restarted, backing off
 
 
 class EvaluatorHealth(BaseModel):
@@ -161,6 +163,34 @@ class StatusReport(BaseModel):
     processes: list[SupervisedProcess] | None = None
     evaluator_faults: list[EvaluatorHealth] | None = None  # None where Redis could not be asked
     endpoint_errors: list[EndpointErrorEntry] | None = None  # newest first, the latest ENDPOINT_ERRORS; None: not asked
+    details_hidden: bool = False  # PIDs and host paths left out: shown to a logged-in user only (`public_view`)
+
+
+HOST_PATH = re.compile(r"(?<![\w.:/~-])/(?:[\w.@+~-]+/)*[\w.@+~-]+/?")  # an absolute path, not a URL's tail
+PID_SUFFIX = re.compile(r"/\d+$")  # an evaluator named `host/pid` (record.py, outside Celery)
+HIDDEN_PATH = "<path>"
+
+
+def hide_paths(text: str | None) -> str | None:
+    """`text` with every absolute host path replaced by `<path>`."""
+    return HOST_PATH.sub(HIDDEN_PATH, text) if text else text
+
+
+def public_view(report: StatusReport) -> StatusReport:
+    """What a visitor who is not logged in sees: no process ids, no host paths (issue 40, M1)."""
+    processes = None if report.processes is None else [p.model_copy(update={"pid": None}) for p in report.processes]
+    faults = None if report.evaluator_faults is None else [
+        f.model_copy(update={"last_message": hide_paths(f.last_message)}) for f in report.evaluator_faults]
+    endpoint = None if report.endpoint_errors is None else [
+        e.model_copy(update={"message": hide_paths(e.message)}) for e in report.endpoint_errors]
+    return report.model_copy(update={
+        "processes": processes, "evaluator_faults": faults, "endpoint_errors": endpoint,
+        "redis_error": hide_paths(report.redis_error),
+        "busy_evaluators": [b.model_copy(update={"name": PID_SUFFIX.sub("", b.name)}) for b in report.busy_evaluators],
+        "recent_evaluators": [r.model_copy(update={"worker": PID_SUFFIX.sub("", r.worker)})
+                              for r in report.recent_evaluators],
+        "recent_errors": [e.model_copy(update={"message": hide_paths(e.message)}) for e in report.recent_errors],
+        "details_hidden": True})
 
 
 def status_report(session: Session, client: redis.Redis | None, celery: Celery | None,

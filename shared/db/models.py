@@ -124,6 +124,9 @@ class AttemptRow(Base):
     worker: Mapped[str | None] = mapped_column(String(255))
     evaluator: Mapped[str | None] = mapped_column(String(255))  # the Celery node that holds it while RUNNING
     started_at: Mapped[datetime | None] = mapped_column()  # when that evaluator took it
+    # the last sign it is looked after while in flight: its evaluator's heartbeat while RUNNING, the
+    # planner's sweep sending it again while PENDING (services/planner/sweep.py)
+    seen_at: Mapped[datetime | None] = mapped_column()
     tries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # evaluations started
     workload_uuids: Mapped[str | None] = mapped_column(Text)  # JSON list: run only these; None: all
     workloads_total: Mapped[int] = mapped_column(Integer, default=0)

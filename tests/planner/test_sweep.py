@@ -176,8 +176,9 @@ def test_pending_attempts_are_sent_again_when_their_writer_died_or_the_broker_lo
     waiting = attempts.add(problem, campaign_id, "PENDING", assignment_id=alive, minute=100)
     attempts.add(problem, campaign_id, "PASSED", speedup=1.2, assignment_id=dead, minute=90)
     sent: list[tuple[str, str]] = []
+    config = PlannerConfig(resend_pending_s=4 * 3600)  # not yet lost (tests/attacks/test_faults.py: after that)
 
-    report = sweep(db, queue, lambda c: None, PlannerConfig(), now=NOW, send_evaluate=lambda *a: sent.append(a))
+    report = sweep(db, queue, lambda c: None, config, now=NOW, send_evaluate=lambda *a: sent.append(a))
     assert report.expired == (dead,) and sent == [(orphan, "cpu")]  # the live writer's own is left to it
 
     sent.clear()

@@ -112,7 +112,7 @@ def test_without_redis_the_status_says_so(make_client):
 
 
 def test_the_processes_of_kernelswarm_up_and_their_restarts_are_shown_when_up_serves_the_web(make_client):
-    client = make_client()
+    client = make_client(submit_token=TOKEN)
     assert client.get("/api/status").get_json()["processes"] is None  # not under `up`: nothing to show
     assert 'id="processes"' not in client.get("/status").get_data(as_text=True)
 
@@ -120,6 +120,7 @@ def test_the_processes_of_kernelswarm_up_and_their_restarts_are_shown_when_up_se
                  SupervisedProcess(name="evaluator", pid=None, restarts=0, last_exit="exited with code 1")]
     status.show_processes(client.application, lambda: processes)
 
+    login(client)  # pids to a logged-in user only (tests/attacks/test_faults.py)
     assert client.get("/api/status").get_json()["processes"] == [p.model_dump() for p in processes]
     html = client.get("/status").get_data(as_text=True)
     assert 'id="processes"' in html and "was killed by SIGKILL" in html and "4321" in html
