@@ -40,7 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.evaluator.sandbox import memcap
+from services.evaluator.sandbox import hidden, memcap
 from services.evaluator.sandbox.fsview import SCRATCH_MOUNTS, encoded_view
 from services.evaluator.sandbox.forkserver import CLOCK_FD, ForkServer, ServerGone
 from services.evaluator.sandbox.confine import CLONE_NEWNET, confine
@@ -108,8 +108,8 @@ def isolation() -> dict[str, bool]:
             "host_memory_cgroup": memcap.find() is not None}
 
 
-def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = (),
-                   visible: tuple[Path, ...] = (), parents: bool = True) -> tuple[tuple[str, bool], ...]:
+def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = (), visible: tuple[Path, ...] = (),
+                   parents: bool = True, hide: tuple[Path, ...] | None = None) -> tuple[tuple[str, bool | None], ...]:
     """What an isolated child sees of the scratch folders, as (folder, writable) pairs
     (`fsview.private_view`, which binds them back in this order): `shared` (on a CUDA device /proc's
     entries of processes: `SHARED_ON_CUDA`; a scratch mount named there would stay the real one,
@@ -117,8 +117,9 @@ def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = (),
     holding its `own` (its attempt's: inputs, solution) read-only, its own (its home, its output
     folder) and those of `WRITABLE_ENV` writable; all else read-only, and /tmp and /dev/shm empty
     folders of its own (where not `shared`); `visible` folders read-only too (the reference's problem
-    folder where it lies in a scratch mount). Empty where this evaluator cannot confine its
-    children's writes (neither root nor allowed a user namespace)."""
+    folder where it lies in a scratch mount); `hide` (default: the swarm's data, `hidden.hidden()`)
+    not at all (None: covered, its own folders below them bound back in). Empty where this
+    evaluator cannot confine its children's writes (neither root nor allowed a user namespace)."""
     if os.geteuid() != 0 and not _can_shield("user_namespace"):
         return ()
     own_paths = [os.path.realpath(p) for p in own]
@@ -126,7 +127,11 @@ def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = (),
     held = sorted({os.path.dirname(p) for p in own_paths} - set(own_paths)) if parents else []
     seen = [r for r in (os.path.realpath(p) for p in visible if os.path.isdir(p))
             if not any(o.startswith(r + os.sep) for o in own_paths)]  # never one that shows its attempt's neighbours
-    return (*((p, True) for p in shared if os.path.isdir(p)), *((p, False) for p in _code_in_scratch(own_paths)),
+    mine = [*own_paths, *seen]
+    covered = [p for p in dict.fromkeys(os.path.realpath(h) for h in (hidden.hidden() if hide is None else hide))
+               if not any(p == m or p.startswith(m + os.sep) for m in mine)]  # never a folder of its own
+    return (*((p, None) for p in covered),
+            *((p, True) for p in shared if os.path.isdir(p)), *((p, False) for p in _code_in_scratch(own_paths)),
             *((p, False) for p in seen), *((p, False) for p in held), *((p, True) for p in (*own_paths, *extra)))
 
 
