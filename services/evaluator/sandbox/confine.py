@@ -1,6 +1,8 @@
 """What a starting child does to itself, between fork and exec (or in the fork server's forked
-child): limits, its own network, a private view of the file systems (`fsview.private_view`), its
-identity or no capabilities (`isolation` says the whole policy). Nothing here may take a lock
+child): limits, its own network, a PID namespace of its own (`pidns`: the started process stays
+outside as a shim that ends as the child does; the namespace's init and job go on), a private
+view of the file systems with a fresh /proc and the swarm's data hidden (`fsview.private_view`),
+its identity or no capabilities (`isolation` says the whole policy). Nothing here may take a lock
 another thread of the evaluator could have held at the fork: no dlopen, no imports.
 """
 
@@ -32,13 +34,13 @@ NPROC_LIMIT = 4096  # threads count too: torch starts many
 OOM_SCORE_ADJ = 1000  # the most: an isolated child is the OOM killer's first choice
 
 
-def confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: tuple[tuple[bytes, bool | None], ...] = (),
-             memory_bytes: int | None = None, cgroup_procs: bytes | None = None) -> None:
+def confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL,
+             view: tuple[tuple[bytes, bool | None], ...] = (), memory_bytes: int | None = None, cgroup_procs: bytes | None = None, pid_namespace: bool = True) -> None:
     """Runs in the child between fork and exec. Every child dies with the evaluator (a SIGKILLed
     evaluator leaves no candidate spinning on its GPU). An isolated one then gets limits, network,
-    a PID namespace of its own (`pidns`: this process stays outside as its shim, and what returns
-    from here is the namespace's job), a private view of the file systems with a fresh /proc (`view`,
-    `fsview.private_view`; empty: none), identity or no capabilities, in that order (the last gives
+    a PID namespace of its own (where `pid_namespace`; `pidns`: this process stays outside as its
+    shim, and what returns from here is the namespace's job), a private view of the file systems
+    with a fresh /proc (`view`, `fsview.private_view`; empty: none), identity or no capabilities, in that order (the last gives
     up the privileges the others need). The evaluator has other threads, so nothing here may take
     a lock one of them could have held at the fork: no dlopen (`lib` was loaded before), no imports."""
     if isolate:
@@ -50,7 +52,7 @@ def confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: 
             set_limit(resource.RLIMIT_AS, memory_bytes)
         _first_for_the_oom_killer()
         set_parent_death_signal(signal.SIGKILL, lib)  # the shim's, kept: it never changes identity
-        namespace = _own_namespaces(view, lib)
+        namespace = _own_namespaces(view, lib, pid_namespace)
         if os.geteuid() == 0 and ids is not None:
             set_limit(resource.RLIMIT_NPROC, NPROC_LIMIT)
             uid, gid = ids
@@ -65,7 +67,8 @@ def confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: 
     set_parent_death_signal(signal.SIGKILL, lib)  # the forking thread is `_spawner`'s (init's, in a namespace)
 
 
-def _own_namespaces(view: tuple[tuple[bytes, bool | None], ...], lib: ctypes.CDLL) -> pidns.Namespace | None:
+def _own_namespaces(view: tuple[tuple[bytes, bool | None], ...], lib: ctypes.CDLL,
+                    pid_namespace: bool) -> pidns.Namespace | None:
     """Network, PID and mount namespaces of its own where this machine allows them (as root; not
     as root, inside a user namespace of its own): returns in the PID namespace's init (None: no PID
     namespace), with the private view (`view`) and its fresh /proc in place."""
@@ -76,8 +79,8 @@ def _own_namespaces(view: tuple[tuple[bytes, bool | None], ...], lib: ctypes.CDL
         if view:
             os.write(2, b"kernelswarm sandbox: no user namespace here; files outside its folders stay writable\n")
         return None
-    namespace = pidns.enter(lib)
-    if namespace is None:
+    namespace = pidns.enter(lib) if pid_namespace else None
+    if pid_namespace and namespace is None:
         os.write(2, b"kernelswarm sandbox: no PID namespace here; it sees and may signal processes outside\n")
     if view and not private_view(view, lib, fresh_proc=namespace is not None):
         os.write(2, b"kernelswarm sandbox: no private view here; files outside its folders stay writable\n")

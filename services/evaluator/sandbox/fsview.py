@@ -2,10 +2,13 @@
 exec, where the evaluator can give it a mount namespace; `isolation.candidate_view` says what it holds).
 
 In a mount namespace of its own, /tmp and /dev/shm are empty tmpfs of its own (where the scratch
-folders of every attempt and spare live), the folders it is given are bound back in, and every
-mount is made read-only but its own folders: so it can write neither the code it runs, nor the
-evaluator's files, nor another attempt's folder, which it does not even see. `private_view` and
-what it calls run in the forked child before exec: no imports, no locks.
+folders of every attempt and spare live), the swarm's own data (`hidden`: the evaluator's home
+with the DB, the store and the logs) under empty ones too, the folders it is given are bound back
+in, /proc is mounted afresh where the child has a PID namespace of its own (it lists only that
+namespace's processes), and every mount is made read-only but its own folders: so it can write
+neither the code it runs, nor the evaluator's files, nor another attempt's folder, which it does
+not even see, and reads neither the DB, the store nor the logs. `private_view` and what it calls
+run in the forked child before exec: no imports, no locks.
 """
 
 from __future__ import annotations
