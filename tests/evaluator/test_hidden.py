@@ -22,4 +22,4 @@ def test_a_folder_that_holds_the_code_is_never_covered_its_data_is(tmp_path: Pat
     entries, not the folder that holds the package the children import."""
     found = swarm_data(Settings(home=PACKAGE_ROOT, database_url=f"sqlite:///{PACKAGE_ROOT / 'ks.db'}"))
     assert PACKAGE_ROOT not in found
-    assert {PACKAGE_ROOT / "store", PACKAGE_ROOT / "logs", PACKAGE_ROOT / "ks.db", PACKAGE_ROOT / "ks.db-wal"} <= set(found)
+    assert {PACKAGE_ROOT / name for name in ("store", "logs", "ks.db", "ks.db-wal")} <= set(found)

@@ -35,16 +35,18 @@ OOM_SCORE_ADJ = 1000  # the most: an isolated child is the OOM killer's first ch
 
 
 def confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL,
-             view: tuple[tuple[bytes, bool | None], ...] = (), memory_bytes: int | None = None, cgroup_procs: bytes | None = None, pid_namespace: bool = True) -> None:
+             view: tuple[tuple[bytes, bool | None], ...] = (), memory_bytes: int | None = None,
+             cgroup_procs: bytes | None = None, pid_namespace: bool = True) -> None:
     """Runs in the child between fork and exec. Every child dies with the evaluator (a SIGKILLed
     evaluator leaves no candidate spinning on its GPU). An isolated one then gets limits, network,
     a PID namespace of its own (where `pid_namespace`; `pidns`: this process stays outside as its
     shim, and what returns from here is the namespace's job), a private view of the file systems
-    with a fresh /proc (`view`, `fsview.private_view`; empty: none), identity or no capabilities, in that order (the last gives
-    up the privileges the others need). The evaluator has other threads, so nothing here may take
-    a lock one of them could have held at the fork: no dlopen (`lib` was loaded before), no imports."""
+    with a fresh /proc (`view`, `fsview.private_view`; empty: none), identity or no capabilities,
+    in that order (the last gives up the privileges the others need). The evaluator has other
+    threads, so nothing here may take a lock one of them could have held at the fork: no dlopen
+    (`lib` was loaded before), no imports."""
     if isolate:
-        if cgroup_procs is not None:  # while /sys/fs/cgroup is still writable to it (the view); the shim too
+        if cgroup_procs is not None:  # while /sys/fs/cgroup is writable to it (the view); the shim too
             _join_cgroup(cgroup_procs)
         for limit, value in LIMITS.items():
             set_limit(limit, value)
