@@ -11,8 +11,10 @@ from shared.settings import Settings
 def test_the_home_and_the_db_and_store_folders_where_settings_put_them(tmp_path: Path) -> None:
     home, db, store = tmp_path / "home", tmp_path / "db" / "k.db", tmp_path / "objects"
     assert swarm_data(Settings(home=home)) == (home.resolve(), (home / "store").resolve())
-    elsewhere = Settings(home=home, database_url=f"sqlite:///{db}", store_url=f"file://{store}")
-    assert swarm_data(elsewhere) == (home.resolve(), db.parent.resolve(), store.resolve())
+    elsewhere = Settings(home=home, database_url=f"sqlite:///{db}", store_url=f"file://{store}",
+                         scratch_dir=tmp_path / "scratch")
+    assert swarm_data(elsewhere) == (home.resolve(), db.parent.resolve(), store.resolve(),
+                                     (tmp_path / "scratch").resolve())
     assert swarm_data(Settings(home=home, database_url="postgresql://db/ks", store_url="s3://bucket")) == \
         (home.resolve(),)
 

@@ -1,6 +1,8 @@
 """The swarm's own data, out of every sandboxed process's view: the evaluator's home (the SQLite DB,
 which holds the web's session key, the local object store, the logs, the local Redis's files), the
-DB's folder and the store's folder where the settings put them elsewhere.
+DB's folder and the store's folder where the settings put them elsewhere, and a scratch folder the
+settings name (`KERNELSWARM_SCRATCH_DIR`: every attempt's folder; the default, /dev/shm or /tmp,
+is emptied in every view anyway).
 
 The process that starts sandboxed children says once, from its settings, what they must not see
 (`hide(swarm_data(settings))`: the evaluator service's `tasks.apply_settings`, `kernelswarm eval`);
@@ -26,7 +28,8 @@ _hidden: tuple[Path, ...] = ()
 
 def swarm_data(settings) -> tuple[Path, ...]:
     """The folders (or files) of `settings`' swarm no sandboxed process may read: its home, the
-    folder of a SQLite DB and of a file store (`shared.settings.Settings.db_url`, `object_store_url`)."""
+    folder of a SQLite DB and of a file store (`shared.settings.Settings.db_url`, `object_store_url`),
+    its scratch folder (a child's own attempt folder below it is bound back in)."""
     home = Path(settings.home).resolve()
     found: list[Path] = [home]
     db = _sqlite_path(settings.db_url)
@@ -35,6 +38,8 @@ def swarm_data(settings) -> tuple[Path, ...]:
     url = urlparse(settings.object_store_url)
     if url.scheme == "file":
         found.append(Path(unquote(url.path)).resolve())
+    if settings.scratch_dir is not None:
+        found.append(Path(settings.scratch_dir).resolve())
     return _coverable(found, [home / name for name in HOME_ENTRIES]
                       + ([db.with_name(db.name + side) for side in SQLITE_SIDE_FILES] if db is not None else []))
 
