@@ -175,6 +175,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     solution = load_solution(args.solution)
     if args.max_workloads is not None and args.max_workloads < 1:
         raise_user("--max-workloads must be at least 1")
+    hide_swarm_data(settings)
     with err.status("evaluating") as status:
         config = EvalConfig.from_settings(settings, build_cache=open_store(settings))
         status.update(f"{solution.name}: starting the evaluator's children")
@@ -204,6 +205,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(result.traces_jsonl().decode())
     return 0 if result.status.value == "PASSED" else 1
+
+
+def hide_swarm_data(settings: Settings) -> None:
+    """The home, DB, store and logs of `settings` out of every sandboxed child's view (`sandbox.hidden`)."""
+    from services.evaluator.sandbox import hidden
+
+    hidden.hide(hidden.swarm_data(settings))
 
 
 def _started_children(config, problem, solution):

@@ -39,7 +39,7 @@ from services.evaluator.outer_clock import move_timed_sets, timed_hand_over
 from services.evaluator.retime import Retimer
 from services.evaluator.protocol import EVALUATOR_FAULT, CandidateJob, ReferenceJob, is_fault
 from services.evaluator.sandbox.isolation import (
-    StartedChild, memory_limit, shared_folders, start_child,
+    StartedChild, memory_limit, own_pid_namespace, shared_folders, start_child,
 )
 from services.evaluator.spares import (
     CONFINED, HOMES, OUTPUTS, REF_INPUTS, REF_TIMED, SPARE_READY_S, Spare, discard, reference_ids, spare_homes,
@@ -189,7 +189,8 @@ class _Children:
                                isolate=role in CONFINED, fork_server=self.config.fork_server,
                                memory_bytes=memory_limit(self.config.device), host_memory_bytes=memcap.bound_bytes(),
                                own_folders=own, shared_folders=shared_folders(self.config.device), ids=ids,
-                               visible_folders=visible, parents=role != "reference")
+                               visible_folders=visible, parents=role != "reference",
+                               pid_namespace=own_pid_namespace(self.config.device))
         return spare.child
 
     def reference_done(self) -> None:

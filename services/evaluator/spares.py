@@ -23,7 +23,7 @@ from services.evaluator.protocol import READY_FILE
 from services.evaluator.scratch import hand_over_reference, make_folder, sweep_folders
 from services.evaluator.sandbox.fsview import SCRATCH_MOUNTS
 from services.evaluator.sandbox.isolation import (
-    StartedChild, memory_limit, readable_by_others, shared_folders, start_child, unprivileged_ids,
+    StartedChild, memory_limit, own_pid_namespace, readable_by_others, shared_folders, start_child, unprivileged_ids,
 )
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class Spares:
                             root / home / "child.log", isolate=role in CONFINED, fork_server=self.fork_server,
                             memory_bytes=memory_limit(self.device), host_memory_bytes=memcap.bound_bytes(),
                             own_folders=own, shared_folders=shared_folders(self.device), ids=ids,
-                            parents=not reference)
+                            parents=not reference, pid_namespace=own_pid_namespace(self.device))
         return Spare(child, root)
 
 

@@ -14,6 +14,7 @@ from celery import Celery
 from celery.signals import worker_ready
 
 from services.evaluator import calibrate, machine, score
+from services.evaluator.sandbox import hidden
 from services.evaluator.evaluate import environment, warm_up
 from services.evaluator.record import evaluate_attempt, give_up, recover
 from shared.celery_app import EVALUATE, send_evaluate
@@ -27,8 +28,10 @@ log = logging.getLogger(__name__)
 
 def apply_settings(settings) -> None:
     """What the service's process takes from its settings beyond each attempt's config: the limits
-    T_sol's counting child runs under (sol_count_memory_mb, sol_count_time_s)."""
+    T_sol's counting child runs under (sol_count_memory_mb, sol_count_time_s), and the swarm's data
+    (home, DB, store, logs) its sandboxed children must not see (`sandbox.hidden`)."""
     score.use_count_limits(CountLimits.from_settings(settings))
+    hidden.hide(hidden.swarm_data(settings))
 
 
 def register(app: Celery, runtime: Runtime) -> None:

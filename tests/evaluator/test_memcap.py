@@ -107,9 +107,12 @@ DAEMON = textwrap.dedent("""
     if os.fork() == 0:
         os.setsid()  # a session of its own: out of reach of the child's process group
         if os.fork() == 0:
-            with open(sys.argv[1], "w") as f:
+            import fcntl
+            with open(sys.argv[1], "w") as f:  # its pid may be one of its PID namespace: the lock says it lives
+                fcntl.flock(f, fcntl.LOCK_EX)
                 f.write(str(os.getpid()))
-            time.sleep(300)
+                f.flush()
+                time.sleep(300)
         os._exit(0)
     time.sleep(1)
 """)
@@ -132,21 +135,25 @@ def test_a_daemon_that_left_the_process_group_dies_with_the_cgroup() -> None:
         run = finish_child(child, "", 60)
         child.channel.close()
         written = pid_file.read_text() if pid_file.exists() else None
+        held = written and _locked(pid_file)
     finally:
         shutil.rmtree(outer)
     assert written, f"the daemon wrote no pid: {run.log}"
     assert run.exit_code == 0, run.log
-    pid = int(written)
-    assert not _alive(pid), f"the daemon {pid} outlived its cgroup"
+    assert not held, f"the daemon {written} outlived its cgroup"
     assert not child.cgroup.path.exists()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"  # a zombie waits for its reaper only
+def _locked(path: Path) -> bool:
+    """Whether a process still holds `path`'s flock."""
+    import fcntl
+
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
 
 
 def _fake_cgroup(path: Path, hands_down: str = "", memory_max: str = "max") -> Path:

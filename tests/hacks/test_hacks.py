@@ -36,16 +36,15 @@ Not covered here (GPU only, or not yet caught anywhere):
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
 import textwrap
-import time
 from collections.abc import Iterator
 
 import pytest
 
 from services.evaluator.sandbox.isolation import isolation
-from shared.process import running
 from shared.schema import Status
 from tests.attacks.inputskit import PRECOMPUTES
 from tests.hacks.hackkit import Attempts, Case, assert_status, start_attempts
@@ -638,7 +637,10 @@ CASES = [
             pid = os.fork()
             if pid == 0:
                 os.setsid()
-                if os.fork() == 0:
+                if os.fork() == 0:  # its pid is its PID namespace's: the lock it holds says it lives
+                    import fcntl
+                    lock = os.open("@DROP@/daemon.lock", os.O_RDWR | os.O_CREAT, 0o666)
+                    fcntl.flock(lock, fcntl.LOCK_EX)
                     Path("@DROP@/daemon.tmp").write_text(str(os.getpid()))
                     os.rename("@DROP@/daemon.tmp", "@DROP@/daemon.pid")
                     time.sleep(60)
@@ -1352,11 +1354,14 @@ def test_a_value_cache_never_serves_a_timed_run(attempts: Attempts, case: Case) 
                          ids=["leaves_a_daemon_in_its_own_session"])
 def test_a_daemon_in_its_own_session_does_not_outlive_the_attempt(attempts: Attempts, case: Case) -> None:
     assert attempts[case].result.status is Status.REWARD_HACK
-    pid = int((attempts.drop_for(case) / "daemon.pid").read_text())
-    deadline = time.monotonic() + 30  # the fork server kills it when it next reaps a child
-    while running(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not running(pid), "the daemon outlived its attempt"
+    assert (attempts.drop_for(case) / "daemon.pid").exists()
+    lock = os.open(attempts.drop_for(case) / "daemon.lock", os.O_RDWR)
+    try:  # its PID namespace ended with the attempt: the daemon with it, its lock free
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pytest.fail("the daemon outlived its attempt")
+    finally:
+        os.close(lock)
 
 
 def test_every_kind_is_listed_once() -> None:

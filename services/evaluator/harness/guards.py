@@ -280,15 +280,17 @@ def _bytes(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _child_processes() -> set[int]:
-    """Live child processes of this process (Linux /proc); empty where /proc is missing."""
+    """Live child processes of this process (Linux /proc); empty where /proc is missing. By
+    /proc/self, not its pid: in a PID namespace of its own whose /proc could not be made afresh,
+    /proc's pids are the host's (its children's too, so they stay consistent)."""
     found: set[int] = set()
     try:
-        tasks: Iterable[str] = os.listdir(f"/proc/{os.getpid()}/task")
+        tasks: Iterable[str] = os.listdir("/proc/self/task")
     except OSError:
         return found
     for task in tasks:
         try:
-            with open(f"/proc/{os.getpid()}/task/{task}/children") as handle:
+            with open(f"/proc/self/task/{task}/children") as handle:
                 found.update(int(pid) for pid in handle.read().split())
         except OSError:
             continue

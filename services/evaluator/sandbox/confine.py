@@ -1,6 +1,8 @@
 """What a starting child does to itself, between fork and exec (or in the fork server's forked
-child): limits, its own network, a private view of the file systems (`fsview.private_view`), its
-identity or no capabilities (`isolation` says the whole policy). Nothing here may take a lock
+child): limits, its own network, a PID namespace of its own (`pidns`: the started process stays
+outside as a shim that ends as the child does; the namespace's init and job go on), a private
+view of the file systems with a fresh /proc and the swarm's data hidden (`fsview.private_view`),
+its identity or no capabilities (`isolation` says the whole policy). Nothing here may take a lock
 another thread of the evaluator could have held at the fork: no dlopen, no imports.
 """
 
@@ -12,6 +14,7 @@ import platform
 import resource
 import signal
 
+from services.evaluator.sandbox import pidns
 from services.evaluator.sandbox.fsview import private_view
 from shared.process import PR_SET_CHILD_SUBREAPER, PR_SET_DUMPABLE, set_parent_death_signal
 
@@ -31,42 +34,59 @@ NPROC_LIMIT = 4096  # threads count too: torch starts many
 OOM_SCORE_ADJ = 1000  # the most: an isolated child is the OOM killer's first choice
 
 
-def confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL, view: tuple[tuple[bytes, bool], ...] = (),
-             memory_bytes: int | None = None, cgroup_procs: bytes | None = None) -> None:
+def confine(isolate: bool, ids: tuple[int, int] | None, lib: ctypes.CDLL,
+             view: tuple[tuple[bytes, bool | None], ...] = (), memory_bytes: int | None = None,
+             cgroup_procs: bytes | None = None, pid_namespace: bool = True) -> None:
     """Runs in the child between fork and exec. Every child dies with the evaluator (a SIGKILLed
     evaluator leaves no candidate spinning on its GPU). An isolated one then gets limits, network,
-    a private view of the file systems (`view`, `fsview.private_view`; empty: none), identity or no
-    capabilities, in that order (the last gives up the privileges the others need). The
-    evaluator has other threads, so nothing here may take a lock one of them could have held at
-    the fork: no dlopen (`lib` was loaded before), no imports."""
+    a PID namespace of its own (where `pid_namespace`; `pidns`: this process stays outside as its
+    shim, and what returns from here is the namespace's job), a private view of the file systems
+    with a fresh /proc (`view`, `fsview.private_view`; empty: none), identity or no capabilities,
+    in that order (the last gives up the privileges the others need). The evaluator has other
+    threads, so nothing here may take a lock one of them could have held at the fork: no dlopen
+    (`lib` was loaded before), no imports."""
     if isolate:
-        if cgroup_procs is not None:  # while /sys/fs/cgroup is still writable to it (the view)
+        if cgroup_procs is not None:  # while /sys/fs/cgroup is writable to it (the view); the shim too
             _join_cgroup(cgroup_procs)
         for limit, value in LIMITS.items():
             set_limit(limit, value)
         if memory_bytes:
             set_limit(resource.RLIMIT_AS, memory_bytes)
-        lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
         _first_for_the_oom_killer()
-        if os.geteuid() != 0 and view:  # a user namespace of its own: network, mounts, then no capabilities
-            if not (enter_user_namespace(lib) and private_view(view, lib)):
-                os.write(2, b"kernelswarm sandbox: no user namespace here; files outside its folders stay writable\n")
-            elif not drop_capabilities(lib):
-                os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
-        if os.geteuid() == 0:
-            if lib.unshare(CLONE_NEWNET) != 0:
-                os.write(2, b"kernelswarm sandbox: no network namespace here; network stays reachable\n")
-            if view and not private_view(view, lib):
-                os.write(2, b"kernelswarm sandbox: no private view here; files outside its folders stay writable\n")
-            if ids is not None:
-                set_limit(resource.RLIMIT_NPROC, NPROC_LIMIT)
-                uid, gid = ids
-                os.setgroups([])
-                os.setgid(gid)
-                os.setuid(uid)
-            elif view and not drop_capabilities(lib):
-                os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
-    set_parent_death_signal(signal.SIGKILL, lib)  # the forking thread is `_spawner`'s
+        set_parent_death_signal(signal.SIGKILL, lib)  # the shim's, kept: it never changes identity
+        namespace = _own_namespaces(view, lib, pid_namespace)
+        if os.geteuid() == 0 and ids is not None:
+            set_limit(resource.RLIMIT_NPROC, NPROC_LIMIT)
+            uid, gid = ids
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+        elif view and not drop_capabilities(lib):
+            os.write(2, b"kernelswarm sandbox: capabilities could not be dropped\n")
+        if namespace is not None:
+            pidns.start_job(namespace, lib)  # init stays; the job returns
+        lib.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)  # kept across exec; orphans come back to it
+    set_parent_death_signal(signal.SIGKILL, lib)  # the forking thread is `_spawner`'s (init's, in a namespace)
+
+
+def _own_namespaces(view: tuple[tuple[bytes, bool | None], ...], lib: ctypes.CDLL,
+                    pid_namespace: bool) -> pidns.Namespace | None:
+    """Network, PID and mount namespaces of its own where this machine allows them (as root; not
+    as root, inside a user namespace of its own): returns in the PID namespace's init (None: no PID
+    namespace), with the private view (`view`) and its fresh /proc in place."""
+    root = os.geteuid() == 0
+    if root and lib.unshare(CLONE_NEWNET) != 0:
+        os.write(2, b"kernelswarm sandbox: no network namespace here; network stays reachable\n")
+    if not root and not (view and enter_user_namespace(lib)):
+        if view:
+            os.write(2, b"kernelswarm sandbox: no user namespace here; files outside its folders stay writable\n")
+        return None
+    namespace = pidns.enter(lib) if pid_namespace else None
+    if pid_namespace and namespace is None:
+        os.write(2, b"kernelswarm sandbox: no PID namespace here; it sees and may signal processes outside\n")
+    if view and not private_view(view, lib, fresh_proc=namespace is not None):
+        os.write(2, b"kernelswarm sandbox: no private view here; files outside its folders stay writable\n")
+    return namespace
 
 
 def set_limit(limit: int, value: int) -> None:

@@ -4,12 +4,14 @@ small machine) and forks the evaluator's children from that state, in millisecon
 The evaluator starts one per process (`ForkServer.get`) with the same scrubbed environment as any
 child, and asks it over a socket pair, one request at a time:
 
-- `start`: fork a child. The child makes its own session, is confined exactly as one started with
-  `exec` would be (`confine.confine`: limits, subreaper, network namespace, `nobody`, parent-death
-  signal), moves to its home, takes the pipe the evaluator passed (SCM_RIGHTS) as stdin, the end of
-  the evaluator's private channel passed with it as descriptor `CLOCK_FD`, and its log as stdout and
-  stderr, closes every other descriptor (the control socket included), replaces its environment,
-  and runs the harness's `main` in place. The reply is its pid.
+- `start`: fork a child. The child makes its own session, takes the pipe the evaluator passed
+  (SCM_RIGHTS) as stdin, the end of the evaluator's private channel passed with it as descriptor
+  `CLOCK_FD`, and its log as stdout and stderr, closes every other descriptor (the control socket
+  included), is confined exactly as one started with `exec` would be (`confine.confine`: limits,
+  network and PID namespaces, a private view, `nobody`, subreaper, parent-death signal; the forked
+  process stays outside the PID namespace as its shim, whose exit status is the child's), moves to
+  its home, replaces its environment, and runs the harness's `main` in place. The reply is its
+  pid (the shim's).
 - `poll`: reap that child if it has exited; the reply is its exit status as `Popen.returncode`
   reports it (negative: the signal), or null while it runs.
 
@@ -18,9 +20,10 @@ each child creates its own) and holds nothing secret: only code and the paths of
 It is single-threaded when it forks. It dies with the evaluator (parent-death signal); its children
 die with it.
 
-It is also the subreaper of everything its children start: a process a candidate left behind (a
-daemon that made its own session, so that killing the candidate's process group missed it) comes
-back to the server when the candidate ends, and the server kills it (`_kill_strays`).
+It is also the subreaper of everything its children start: a process a child left behind (a
+daemon that made its own session, so that killing the child's process group missed it) comes
+back to the server when the child ends, and the server kills it (`_kill_strays`). An isolated
+child's daemons never do: they end with its PID namespace (`pidns`).
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ def serve(control_fd: int) -> None:
                 _become_child(request, fds, lambda: confine(
                     request["isolate"], tuple(request["ids"]) if request["ids"] else None, lib,
                     encoded_view(request.get("view", ())), request.get("memory"),
-                    os.fsencode(request["cgroup"]) if request.get("cgroup") else None))
+                    os.fsencode(request["cgroup"]) if request.get("cgroup") else None,
+                    request.get("pid_namespace", True)))
             for fd in fds:
                 os.close(fd)
             live.add(pid)
@@ -232,14 +236,16 @@ class ForkServer:
 
     def start(self, argv: list[str], workdir: Path, log_path: Path, env: dict[str, str], isolate: bool,
               ids: tuple[int, int] | None, channel: int, view: tuple[tuple[str, bool], ...] = (),
-              memory_bytes: int | None = None, cgroup_procs: bytes | None = None) -> ForkedProcess:
+              memory_bytes: int | None = None, cgroup_procs: bytes | None = None,
+              pid_namespace: bool = True) -> ForkedProcess:
         """Fork a child; `channel` (a descriptor of this process) becomes its `CLOCK_FD`."""
         read_end, write_end = os.pipe()
         try:
             reply = self._call({"op": "start", "argv": argv, "workdir": str(workdir), "log_path": str(log_path),
                                 "env": env, "isolate": isolate, "ids": list(ids) if ids else None,
                                 "view": [list(v) for v in view], "memory": memory_bytes,
-                                "cgroup": os.fsdecode(cgroup_procs) if cgroup_procs else None},
+                                "cgroup": os.fsdecode(cgroup_procs) if cgroup_procs else None,
+                                "pid_namespace": pid_namespace},
                                [read_end, channel])
         except BaseException:
             os.close(write_end)

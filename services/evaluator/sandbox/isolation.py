@@ -17,7 +17,16 @@ outside its own (on a CUDA device the entries of processes in /proc stay writabl
 evaluator's environment (/proc/<pid>/environ) nor files it was not given, or, where `nobody` cannot
 run the interpreter (Python under a root-only home), root's uid without any capability. Where the
 evaluator is not root, the candidate enters a user namespace of its own where the machine allows
-one (keeping its uid): a network namespace, the same private view, then no capabilities. The
+one (keeping its uid): a network namespace, the same private view, then no capabilities.
+Either way (root, or inside that user namespace) it also gets a PID namespace of its own (`pidns`;
+on a CPU device: `own_pid_namespace` says why not on a CUDA one yet):
+its /proc, mounted afresh in its view, lists only its own processes, it can signal no process
+outside (the evaluator, `up`, another attempt, a service of the same uid), and when it ends,
+or its evaluator dies, the kernel ends everything it started (daemons in sessions of their own
+too); the process the evaluator holds (`StartedChild.process`) is the namespace's shim outside,
+which ends as the child did. Its view never shows the swarm's own data (`hidden`: the home with
+the DB, the local store and the logs; the DB's and the store's folders where they lie elsewhere),
+even where it keeps uid 0. The
 processes that start children (the evaluator, the fork server) make themselves not dumpable
 (`protect_self`), so a candidate of the same user and without CAP_SYS_PTRACE cannot read their
 /proc/<pid>/mem or environ. `isolation()` says what is applied on this machine.
@@ -40,10 +49,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.evaluator.sandbox import memcap
+from services.evaluator.sandbox import hidden, memcap
 from services.evaluator.sandbox.fsview import SCRATCH_MOUNTS, encoded_view
 from services.evaluator.sandbox.forkserver import CLOCK_FD, ForkServer, ServerGone
 from services.evaluator.sandbox.confine import CLONE_NEWNET, confine
+from services.evaluator.sandbox.pidns import CLONE_NEWPID
 from shared.process import die_with_parent, libc, protect_self
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[3]
@@ -96,7 +106,8 @@ def isolation() -> dict[str, bool]:
     own folders (`read_only_root`), and, where it keeps root's uid, no capabilities; not as root, a
     user namespace of its own where the machine allows one, which gives it a private network, the
     same read-only view and no capabilities; as root where a memory cgroup can be made, a bound on
-    its host memory on any device (`host_memory_cgroup`, `memcap`)."""
+    its host memory on any device (`host_memory_cgroup`, `memcap`); as root, or inside its user
+    namespace, a PID namespace of its own with a fresh /proc (`pid_namespace`, `pidns`)."""
     root = os.geteuid() == 0
     nobody = unprivileged_ids() is not None
     keeps_root = root and not nobody
@@ -105,11 +116,12 @@ def isolation() -> dict[str, bool]:
             "unprivileged_user": nobody, "user_namespace": user_namespace,
             "read_only_root": (root and _can_shield("mount")) or user_namespace,
             "no_capabilities": (keeps_root and _can_shield("capabilities")) or user_namespace,
-            "host_memory_cgroup": memcap.find() is not None}
+            "host_memory_cgroup": memcap.find() is not None,
+            "pid_namespace": (root or user_namespace) and _can_unshare_pid()}
 
 
-def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = (),
-                   visible: tuple[Path, ...] = (), parents: bool = True) -> tuple[tuple[str, bool], ...]:
+def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = (), visible: tuple[Path, ...] = (),
+                   parents: bool = True, hide: tuple[Path, ...] | None = None) -> tuple[tuple[str, bool | None], ...]:
     """What an isolated child sees of the scratch folders, as (folder, writable) pairs
     (`fsview.private_view`, which binds them back in this order): `shared` (on a CUDA device /proc's
     entries of processes: `SHARED_ON_CUDA`; a scratch mount named there would stay the real one,
@@ -117,8 +129,9 @@ def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = (),
     holding its `own` (its attempt's: inputs, solution) read-only, its own (its home, its output
     folder) and those of `WRITABLE_ENV` writable; all else read-only, and /tmp and /dev/shm empty
     folders of its own (where not `shared`); `visible` folders read-only too (the reference's problem
-    folder where it lies in a scratch mount). Empty where this evaluator cannot confine its
-    children's writes (neither root nor allowed a user namespace)."""
+    folder where it lies in a scratch mount); `hide` (default: the swarm's data, `hidden.hidden()`)
+    not at all (None: covered, its own folders below them bound back in). Empty where this
+    evaluator cannot confine its children's writes (neither root nor allowed a user namespace)."""
     if os.geteuid() != 0 and not _can_shield("user_namespace"):
         return ()
     own_paths = [os.path.realpath(p) for p in own]
@@ -126,7 +139,11 @@ def candidate_view(own: tuple[Path, ...], shared: tuple[str, ...] = (),
     held = sorted({os.path.dirname(p) for p in own_paths} - set(own_paths)) if parents else []
     seen = [r for r in (os.path.realpath(p) for p in visible if os.path.isdir(p))
             if not any(o.startswith(r + os.sep) for o in own_paths)]  # never one that shows its attempt's neighbours
-    return (*((p, True) for p in shared if os.path.isdir(p)), *((p, False) for p in _code_in_scratch(own_paths)),
+    mine = [*own_paths, *seen]
+    covered = [p for p in dict.fromkeys(os.path.realpath(h) for h in (hidden.hidden() if hide is None else hide))
+               if not any(p == m or p.startswith(m + os.sep) for m in mine)]  # never a folder of its own
+    return (*((p, None) for p in covered),
+            *((p, True) for p in shared if os.path.isdir(p)), *((p, False) for p in _code_in_scratch(own_paths)),
             *((p, False) for p in seen), *((p, False) for p in held), *((p, True) for p in (*own_paths, *extra)))
 
 
@@ -149,6 +166,16 @@ def shared_folders(device: str) -> tuple[str, ...]:
     """The real folders a candidate on `device` keeps in its view, writable (`candidate_view`): on a
     CUDA device /proc, of which only the entries of processes stay writable."""
     return SHARED_ON_CUDA if device.startswith("cuda") else ()
+
+
+def own_pid_namespace(device: str) -> bool:
+    """Whether the evaluator's children on `device` (candidate, reference and checker, `cuda`
+    timer) each get a PID namespace of their own: not on a CUDA device, where the candidate's
+    output sets reach the checker by CUDA IPC (`harness.gpu_handover`), whose legacy handles name
+    the exporting process by its pid and cannot be opened from another PID namespace. There a
+    candidate runs as `nobody` (`unprivileged_ids`), which may signal no process of the evaluator's
+    or the reference's uid."""
+    return not device.startswith("cuda")
 
 
 def unprivileged_ids(role: str = "candidate") -> tuple[int, int] | None:
@@ -252,7 +279,8 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
                 fork_server: bool = True, memory_bytes: int | None = None,
                 own_folders: tuple[Path, ...] = (), shared_folders: tuple[str, ...] = (),
                 host_memory_bytes: int | None = None, ids: tuple[int, int] | None | str = "candidate",
-                visible_folders: tuple[Path, ...] = (), parents: bool = True) -> StartedChild:
+                visible_folders: tuple[Path, ...] = (), parents: bool = True,
+                pid_namespace: bool = True) -> StartedChild:
     """`python -m <args>` in `workdir`, stdout and stderr to `log_path`, stdin a pipe for its job.
     With `isolate`, the child is confined (see the module docstring); the folders it must write
     are the caller's to hand over (`unprivileged_ids`). The evaluator's own child
@@ -267,14 +295,16 @@ def start_child(args: list[str], workdir: Path, log_path: Path, isolate: bool = 
     identity the isolated child takes, a role's (`unprivileged_ids(role)`, "candidate" by default)
     or given (None: the evaluator's own uid, without capabilities where it is root).
     `visible_folders`: folders below a scratch mount it may read (its view shows them read-only);
-    `parents`: whether it sees the folders that hold its own (the candidate's attempt folder)."""
+    `parents`: whether it sees the folders that hold its own (the candidate's attempt folder);
+    `pid_namespace`: whether the isolated child gets a PID namespace of its own (`own_pid_namespace`)."""
     cgroup = memcap.new(host_memory_bytes) if isolate and host_memory_bytes else None  # or EvaluatorFault
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         process, channel_fd = _start(args, workdir, log_path, isolate, fork_server, theirs.fileno(),
                                      memory_bytes if isolate else None, own_folders, shared_folders,
                                      cgroup.procs if cgroup is not None else None,
-                                     unprivileged_ids(ids) if isinstance(ids, str) else ids, visible_folders, parents)
+                                     unprivileged_ids(ids) if isinstance(ids, str) else ids, visible_folders, parents,
+                                     pid_namespace)
         return StartedChild(process, workdir, log_path, ours, channel_fd, cgroup)
     except BaseException:
         ours.close()
@@ -289,7 +319,7 @@ def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_s
            channel: int, memory_bytes: int | None = None, own_folders: tuple[Path, ...] = (),
            shared_folders: tuple[str, ...] = (), cgroup_procs: bytes | None = None,
            ids: tuple[int, int] | None = None, visible_folders: tuple[Path, ...] = (),
-           parents: bool = True) -> tuple[subprocess.Popen, int]:
+           parents: bool = True, pid_namespace: bool = True) -> tuple[subprocess.Popen, int]:
     """The child's process and the number of its channel's descriptor."""
     protect_self()
     ids = ids if isolate else None
@@ -301,13 +331,14 @@ def _start(args: list[str], workdir: Path, log_path: Path, isolate: bool, fork_s
         try:
             server = ForkServer.get(scrubbed_env(Path(tempfile.gettempdir())), _start_server)
             forked = server.start(args[2:], workdir, log_path, env, isolate, ids, channel, view,
-                                  memory_bytes, cgroup_procs)
+                                  memory_bytes, cgroup_procs, pid_namespace)
             return forked, CLOCK_FD
         except ServerGone:
             log.exception("no fork server: starting the child as a new interpreter")
     # Decided before the fork, per call (attempts may start children from several threads at once):
     # between fork and exec the hook only calls what was resolved here.
-    confine_child = functools.partial(confine, isolate, ids, libc(), encoded_view(view), memory_bytes, cgroup_procs)
+    confine_child = functools.partial(confine, isolate, ids, libc(), encoded_view(view), memory_bytes, cgroup_procs,
+                                      pid_namespace)
 
     def spawn() -> subprocess.Popen:
         with open(log_path, "wb") as log_file:
@@ -491,6 +522,22 @@ def _can_shield(part: str) -> bool:
             return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
         except OSError:  # this user cannot run the interpreter at all
             return False
+
+
+@functools.cache
+def _can_unshare_pid() -> bool:
+    """Whether a child here gets a PID namespace of its own (inside a user namespace where the
+    evaluator is not root): its first child there is pid 1."""
+    enter = "" if os.geteuid() == 0 else "enter_user_namespace(lib); "
+    code = (f"import ctypes, os, sys; sys.path.insert(0, {str(PACKAGE_ROOT)!r}); "
+            "from services.evaluator.sandbox.confine import enter_user_namespace; "
+            f"lib = ctypes.CDLL(None, use_errno=True); {enter}"
+            f"lib.unshare({CLONE_NEWPID}) == 0 or sys.exit(1); pid = os.fork(); "
+            "os._exit(os.getpid() != 1) if pid == 0 else sys.exit(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))")
+    try:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+    except OSError:
+        return False
 
 
 def _can_unshare_net() -> bool:
