@@ -11,10 +11,22 @@ control through the same stage.
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import pytest
 from smallkit import TOKEN, a_campaign, at_once, close_app, web_app
 
+from kernelswarm.cli import build_parser, main
+from services.evaluator.sandbox import isolation
 from shared.db import Database
+from shared.errors import UserError
+from shared.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+RMSNORM = REPO / "problems" / "llama31_8b_rmsnorm"
+SEED = RMSNORM / "solutions" / "pytorch_seed.json"
 
 LIMIT, WRONG_AT_ONCE = 10, 120
 
@@ -60,3 +72,135 @@ def test_right_tokens_sent_at_once_all_pass_and_count_nothing(tmp_path, db):
                            headers={"Authorization": "Bearer wrong"}).status_code == 401
     finally:
         close_app(app)
+
+
+# --- every number of the CLI bounded -----------------------------------------------------------------
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """The CLI's settings on a home of this test's, with the problems of the repository."""
+    for name in [k for k in os.environ if k.startswith("KERNELSWARM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("KERNELSWARM_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KERNELSWARM_PROBLEMS_DIR", str(REPO / "problems"))
+    monkeypatch.setenv("COLUMNS", "400")
+    return tmp_path / "home"
+
+
+def refused(capsys, argv: list[str], run: bool = False) -> str:
+    """What the CLI said when it refused `argv` (exit code 2, no traceback); fails the test if it
+    took it instead, or crashed. Parsed only (nothing of the command runs, even where it would be
+    taken: `up`), or `run` through `main`."""
+    with pytest.raises(SystemExit) as exited:
+        main(argv) if run else build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    said = capsys.readouterr().err
+    assert "Traceback" not in said
+    return " ".join(said.split())
+
+
+@pytest.mark.parametrize(("argv", "named"), [
+    (["leaderboard", "--campaign", "99999999999999999999"], "argument --campaign"),
+    (["campaign", "pause", "99999999999999999999"], "argument ID"),
+    (["campaign", "stop", "-3"], "argument ID"),
+    (["up", "--port", "99999"], "argument --port"),
+    (["up", "--port", "0"], "argument --port"),
+    (["up", "--duration", "-5"], "argument --duration"),
+    (["up", "--duration", "nan"], "argument --duration"),
+    (["sol", "problems/x", "--memory-mb", "-5"], "argument --memory-mb"),
+    (["sol", "problems/x", "--time-s", "inf"], "argument --time-s"),
+    (["eval", "p", "--solution", "s.json", "--max-workloads", "99999999999999999999"], "argument --max-workloads"),
+    (["campaign", "create", "--budget-attempts", "0"], "argument --budget-attempts"),
+    (["campaign", "create", "--budget-tokens", "99999999999999999999"], "argument --budget-tokens"),
+    (["campaign", "create", "--budget-gpu-s", "-1"], "argument --budget-gpu-s"),
+    (["campaign", "create", "--budget-wall-s", "0"], "argument --budget-wall-s"),
+    (["campaign", "create", "--attempts-per-assignment", "-1"], "argument --attempts-per-assignment"),
+])
+def test_a_number_out_of_range_is_refused_naming_its_argument(home, capsys, argv, named):
+    """Attack: numbers past what the DB, a socket or a limit takes. Were: OverflowError tracebacks
+    (ids, ports), a limit silently removed (--memory-mb -5), a negative duration accepted."""
+    said = refused(capsys, argv)
+    assert f"{named}: " in said and "out of range" in said, said
+
+
+@pytest.mark.parametrize("argv", [["leaderboard", "--campaign", "99999999999999999999"],
+                                  ["campaign", "pause", "99999999999999999999"]])
+def test_an_id_past_the_db_is_refused_not_a_traceback(home, capsys, argv):
+    """Attack, the whole command: were OverflowError tracebacks from the DB driver."""
+    assert "out of range: an id is from 1 to 2147483647" in refused(capsys, argv, run=True)
+
+
+def test_numbers_in_range_still_work(home, capsys):
+    """Control: the same commands with numbers in range run as before."""
+    parser = build_parser()
+    assert parser.parse_args(["up", "--port", "65535", "--duration", "0.5"]).port == 65535
+    assert parser.parse_args(["sol", "p", "--memory-mb", "2048", "--time-s", "20"]).memory_mb == 2048
+    assert main(["campaign", "create", "llama31_8b_rmsnorm", "--writers", "2", "--budget-attempts", "5",
+                 "--budget-wall-s", "60"]) == 0
+    campaign = int(capsys.readouterr().out.strip())
+    assert main(["campaign", "pause", str(campaign)]) == 0
+    assert main(["leaderboard", "--campaign", str(campaign), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["campaign_id"] == campaign
+    assert main(["leaderboard", "--campaign", str(2**31 - 1)]) == 2  # the largest id: looked up, not a crash
+    assert "no campaign 2147483647" in capsys.readouterr().err
+
+
+def test_eval_checks_its_output_file_before_evaluating(home, capsys, monkeypatch):
+    """Attack: `eval -o /proc/nope/x` ran the whole evaluation, then crashed writing the traces.
+    Now it is refused at once (exit 2, the path named); the evaluation is never started."""
+    started = []
+    monkeypatch.setattr("kernelswarm.cli._started_children", lambda *a: started.append(a))
+    code = main(["eval", str(RMSNORM), "--solution", str(SEED), "-o", "/proc/nope/x"])
+    said = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "-o /proc/nope/x: /proc/nope is not a folder" in said, said
+    assert started == []
+    assert main(["eval", str(RMSNORM), "--solution", str(SEED), "-o", str(home.parent)]) == 2  # a folder
+    assert started == []
+
+
+class Started(Exception):
+    """Raised by the stand-in for the evaluation's start: the command got that far."""
+
+
+def test_eval_with_a_writable_output_file_goes_on_to_evaluate(home, tmp_path, monkeypatch):
+    """Control: a writable -o (new, or an existing file) is not refused: the evaluation starts
+    (stopped there; tests/cli/test_cli_commands.py's eval tests write real traces with -o), and
+    nothing is left in the output's folder by the check."""
+    def start(*_args):
+        raise Started
+
+    monkeypatch.setattr("kernelswarm.cli._started_children", start)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "old.jsonl").write_text("old")
+    for name in ("traces.jsonl", "old.jsonl"):
+        with pytest.raises(Started):
+            main(["eval", str(RMSNORM), "--solution", str(SEED), "-o", str(folder / name)])
+    assert [p.name for p in folder.iterdir()] == ["old.jsonl"]
+
+
+# --- KERNELSWARM_REFERENCE_UID, a real setting ----------------------------------------------------------
+
+
+def test_the_documented_reference_uid_setting_is_taken_and_reaches_the_sandbox(home, monkeypatch):
+    """Was: every service refused to start with the documented KERNELSWARM_REFERENCE_UID ("unknown
+    setting"). Now a setting, and the evaluator's entry point hands it to the sandbox."""
+    settings = Settings.from_env({"KERNELSWARM_REFERENCE_UID": "61000"})
+    assert settings.reference_uid == 61000
+    monkeypatch.setattr(isolation, "_reference_uid", isolation.REFERENCE_UID)  # undone after the test
+    entrypoint = (REPO / "services" / "evaluator" / "entrypoint.py").read_text()
+    assert "use_reference_uid(settings.reference_uid)" in entrypoint  # the evaluator service's (imports torch: not run here)
+    monkeypatch.setenv("KERNELSWARM_REFERENCE_UID", "61000")  # `kernelswarm eval`, as far as its settings
+    monkeypatch.setattr("kernelswarm.cli._started_children", lambda *_: (_ for _ in ()).throw(Started()))
+    with pytest.raises(Started):
+        main(["eval", str(RMSNORM), "--solution", str(SEED)])
+    assert isolation.reference_uid() == 61000
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "65534", "root", "4294967295"])
+def test_a_reference_uid_that_is_not_its_own_is_refused(value):
+    """Control: root's, nobody's (the candidate's), a name or past the uid range: refused, named."""
+    with pytest.raises(UserError, match="KERNELSWARM_REFERENCE_UID"):
+        Settings.from_env({"KERNELSWARM_REFERENCE_UID": value})
+    assert Settings.from_env({}).reference_uid == isolation.REFERENCE_UID == 65533
