@@ -13,6 +13,7 @@ from rich.table import Table
 
 from kernelswarm.arguments import count, db_id, mebibytes, port, positive_seconds, writable_file
 from shared.errors import KernelSwarmError
+from shared.home import secure_home
 from shared.logs import configure_logging
 from shared.schema import load_problem, load_solution, missing_data_files, oversized
 from shared.schema.problem import find_problems
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        secure_home(Settings.from_env(), create=False)  # a home found open to others: 0700 (shared/home.py)
         return args.handler(args)
     except KernelSwarmError as error:
         err.print(f"[red]error:[/red] {error}", highlight=False, markup=True)
@@ -407,6 +409,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env(device=args.device, web_port=args.port)
     _use_sandbox_settings(settings)  # `up` counts its problems' sizes in a sandboxed child itself
+    secure_home(settings)  # its DB, store, logs and Redis inside, none of them others' to read
     configure_logging("WARNING")
     return run_up(settings, args.duration, args.new)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from kernelswarm.cli import build_parser, main
 from services.evaluator.sandbox import isolation
 from shared.db import Database
 from shared.errors import UserError
+from shared.runtime import Runtime
 from shared.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -204,3 +206,61 @@ def test_a_reference_uid_that_is_not_its_own_is_refused(value):
     with pytest.raises(UserError, match="KERNELSWARM_REFERENCE_UID"):
         Settings.from_env({"KERNELSWARM_REFERENCE_UID": value})
     assert Settings.from_env({}).reference_uid == isolation.REFERENCE_UID == 65533
+
+
+# --- the swarm's own files: home 0700, DB 0600 ----------------------------------------------------------
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.sqlite_only("the modes of the SQLite file")
+def test_a_new_home_and_its_db_and_store_are_the_owners_alone(tmp_path):
+    """Attack: with the home 0755 and the DB 0644, any local user (or a sandboxed child of another
+    uid) read the DB, which holds the web's session key. Made now: home 0700, DB 0600, store 0700;
+    the DB still opens and works (control)."""
+    previous = os.umask(0o022)  # the usual umask: the modes must not depend on it
+    try:
+        settings = Settings(home=tmp_path / "home")
+        runtime = Runtime(settings)
+        assert a_campaign(runtime.db) == 1  # the control: a DB that works
+        digest = runtime.store.put(b"x")
+        assert runtime.store.get(digest) == b"x"
+    finally:
+        os.umask(previous)
+    db_file = settings.home / "kernelswarm.db"
+    assert mode(settings.home) == 0o700 and mode(db_file) == 0o600 and mode(settings.home / "store") == 0o700
+    for beside in (db_file.with_name("kernelswarm.db-wal"), db_file.with_name("kernelswarm.db-shm")):
+        assert not beside.exists() or mode(beside) & 0o077 == 0
+    runtime.db.dispose()
+
+
+@pytest.mark.sqlite_only("the modes of the SQLite file")
+def test_an_existing_home_found_open_is_tightened(tmp_path, monkeypatch, capsys):
+    """Attack: a home left 0755 with a DB 0644 by an earlier version. Any CLI command (here
+    `campaign list`) tightens both, and still reads the DB (control: its campaign listed)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    db = Database(f"sqlite:///{home}/kernelswarm.db")
+    a_campaign(db)
+    db.dispose()
+    os.chmod(home, 0o755)
+    os.chmod(home / "kernelswarm.db", 0o644)
+    for name in [k for k in os.environ if k.startswith("KERNELSWARM_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("KERNELSWARM_HOME", str(home))
+    assert main(["campaign", "list", "--json"]) == 0
+    assert [c["id"] for c in json.loads(capsys.readouterr().out)] == [1]
+    assert mode(home) == 0o700 and mode(home / "kernelswarm.db") == 0o600
+
+
+@pytest.mark.sqlite_only("the modes of the SQLite file")
+def test_a_db_in_a_shared_folder_leaves_the_folder_alone(tmp_path):
+    """Control: only the DB's own files are tightened, never a folder it lies in (/tmp)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    db = Database(f"sqlite:///{shared}/k.db")
+    db.dispose()
+    assert mode(shared) == 0o1777 and mode(shared / "k.db") == 0o600
