@@ -17,14 +17,17 @@ import stat
 from pathlib import Path
 
 import pytest
+import redis
 from smallkit import TOKEN, a_campaign, at_once, close_app, web_app
 
 from kernelswarm.cli import build_parser, main
+from kernelswarm.launcher import RedisServer, Services, settings_env
 from services.evaluator.sandbox import isolation
 from shared.db import Database
 from shared.errors import UserError
 from shared.runtime import Runtime
 from shared.settings import Settings
+from tests.cli.upsetup import prepare_up
 
 REPO = Path(__file__).resolve().parents[2]
 RMSNORM = REPO / "problems" / "llama31_8b_rmsnorm"
@@ -264,3 +267,57 @@ def test_a_db_in_a_shared_folder_leaves_the_folder_alone(tmp_path):
     db = Database(f"sqlite:///{shared}/k.db")
     db.dispose()
     assert mode(shared) == 0o1777 and mode(shared / "k.db") == 0o600
+
+
+# --- `up`'s private Redis behind a random password -------------------------------------------------------
+
+
+def test_ups_redis_refuses_a_client_without_its_password(tmp_path):
+    """Attack: any local process (a candidate of the CPU evaluator with a network, another user)
+    connected to `up`'s redis-server on 127.0.0.1 and read or wrote the queues. Now it answers
+    only with the random password, which is not on its command line (`ps`) but in a 0600 file."""
+    server = RedisServer(tmp_path / "redis")
+    try:
+        stranger = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=5)
+        with pytest.raises(redis.AuthenticationError):
+            stranger.ping()
+        stranger.close()
+        password = redis.connection.parse_url(server.url)["password"]
+        assert len(password) >= 32
+        assert password.encode() not in Path(f"/proc/{server.process.pid}/cmdline").read_bytes()
+        assert mode(server.config) == 0o600
+        client = redis.Redis.from_url(server.url, socket_timeout=5)  # the control: its URL works
+        assert client.ping() and client.set("k", "v") and client.get("k") == b"v"
+        client.close()
+        server.restart()  # the same password after a restart (clients keep their URL)
+        client = redis.Redis.from_url(server.url, socket_timeout=5)
+        assert client.ping()
+        client.close()
+    finally:
+        server.stop()
+
+
+class CheckingServices(Services):
+    """`up`'s services, replaced: they check the Redis URL they were given, then stop `up`."""
+
+    seen: list[str] = []
+
+    def start(self) -> None:
+        url = settings_env(self.settings)["KERNELSWARM_REDIS_URL"]
+        CheckingServices.seen.append(url)
+        client = redis.Redis.from_url(url, socket_timeout=5)
+        try:
+            assert client.ping()
+        finally:
+            client.close()
+        raise KeyboardInterrupt  # `up` stops as on Ctrl-C
+
+
+@pytest.mark.database_agnostic("up's queries, run on PostgreSQL by tests/cli/test_up_campaign.py")
+def test_up_gives_its_services_the_url_with_the_password(tmp_path, monkeypatch):
+    """Control: the services `up` starts get the URL with the password, and it works."""
+    prepare_up(tmp_path, monkeypatch, CheckingServices)
+    CheckingServices.seen.clear()
+    assert main(["up", "--duration", "60"]) == 0
+    [url] = CheckingServices.seen
+    assert redis.connection.parse_url(url)["password"]

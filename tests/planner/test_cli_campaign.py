@@ -97,7 +97,8 @@ def test_resume_sends_a_tick_through_redis(capsys, tmp_path, monkeypatch):
         run(capsys, "campaign", "create", "llama31_8b_rmsnorm")  # a tick for the new campaign...
         run(capsys, "campaign", "pause", "1")
         code, _, err = run(capsys, "campaign", "resume", "1")  # ...and one for the resume
-        assert code == 0 and f"planner.tick sent through {server.url}" in err
+        masked = server.url.replace(redis.connection.parse_url(server.url)["password"], "**")  # its password
+        assert code == 0 and f"planner.tick sent through {masked}" in err
 
         client = redis.Redis.from_url(server.url)
         messages = [json.loads(raw) for raw in client.lrange(PLAN_QUEUE, 0, -1)]
