@@ -321,3 +321,25 @@ def test_up_gives_its_services_the_url_with_the_password(tmp_path, monkeypatch):
     assert main(["up", "--duration", "60"]) == 0
     [url] = CheckingServices.seen
     assert redis.connection.parse_url(url)["password"]
+
+
+# --- the same bounds on the settings ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("variable", "value"), [("KERNELSWARM_WEB_PORT", "99999"), ("KERNELSWARM_WEB_PORT", "0"),
+                                                 ("KERNELSWARM_SOL_COUNT_MEMORY_MB", "-5"),
+                                                 ("KERNELSWARM_SOL_COUNT_TIME_S", "inf"),
+                                                 ("KERNELSWARM_TOKEN_FAILURES_PER_WINDOW", "0")])
+def test_the_same_numbers_from_the_environment_are_refused_too(variable, value):
+    """Attack, by the settings' door: `KERNELSWARM_WEB_PORT=99999 kernelswarm up` ended as `--port`
+    did, a negative memory limit removed the limit, a throttle of 0 failures was taken."""
+    with pytest.raises(UserError, match=variable):
+        Settings.from_env({variable: value})
+
+
+def test_numbers_in_range_from_the_environment_are_taken():
+    """Control."""
+    settings = Settings.from_env({"KERNELSWARM_WEB_PORT": "65535", "KERNELSWARM_SOL_COUNT_MEMORY_MB": "1",
+                                  "KERNELSWARM_SOL_COUNT_TIME_S": "0.5", "KERNELSWARM_TOKEN_FAILURES_PER_WINDOW": "1"})
+    assert (settings.web_port, settings.sol_count_memory_mb, settings.sol_count_time_s,
+            settings.token_failures_per_window) == (65535, 1, 0.5, 1)
