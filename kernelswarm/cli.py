@@ -409,7 +409,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env(device=args.device, web_port=args.port)
     _use_sandbox_settings(settings)  # `up` counts its problems' sizes in a sandboxed child itself
-    secure_home(settings)  # its DB, store, logs and Redis inside, none of them others' to read
     configure_logging("WARNING")
     return run_up(settings, args.duration, args.new)
 

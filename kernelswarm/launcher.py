@@ -22,6 +22,7 @@ from rich.console import Console
 
 from shared.celery_app import evaluate_queue
 from shared.errors import UserError
+from shared.home import private_folder
 from shared.process import die_with_parent
 from shared.settings import PREFIX, Settings
 
@@ -65,8 +66,7 @@ class RedisServer:
         if self.binary is None:
             raise UserError("redis-server not found: install it (`apt-get install redis-server`, "
                             "or run `make run`) or set KERNELSWARM_REDIS_URL")
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.workdir = workdir
+        self.workdir = private_folder(workdir)  # and the home above it, when `up` makes it (shared/home.py)
         self.log_path = workdir / "redis.log"
         self.port = free_port()
         password = secrets.token_hex(32)
@@ -204,7 +204,7 @@ class Services:
     lock: threading.Lock = field(default_factory=threading.Lock)  # for `states`, read by the web's thread
 
     def start(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        private_folder(self.log_dir)
         if self.redis is not None:
             self.processes[REDIS] = self.redis.process
         for name in self._commands():

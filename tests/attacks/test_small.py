@@ -313,14 +313,17 @@ class CheckingServices(Services):
         raise KeyboardInterrupt  # `up` stops as on Ctrl-C
 
 
-@pytest.mark.database_agnostic("up's queries, run on PostgreSQL by tests/cli/test_up_campaign.py")
+@pytest.mark.sqlite_only("the modes of the SQLite file")
 def test_up_gives_its_services_the_url_with_the_password(tmp_path, monkeypatch):
-    """Control: the services `up` starts get the URL with the password, and it works."""
+    """Control: the services `up` starts get the URL with the password, and it works. The home `up`
+    made is its owner's alone, its DB too."""
     prepare_up(tmp_path, monkeypatch, CheckingServices)
     CheckingServices.seen.clear()
     assert main(["up", "--duration", "60"]) == 0
     [url] = CheckingServices.seen
     assert redis.connection.parse_url(url)["password"]
+    home = tmp_path / "home"
+    assert mode(home) == 0o700 and mode(home / "kernelswarm.db") == 0o600 and mode(home / "redis") == 0o700
 
 
 # --- the same bounds on the settings ----------------------------------------------------------------------
