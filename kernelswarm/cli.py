@@ -206,9 +206,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.output:
         try:
             args.output.write_bytes(result.traces_jsonl())
-        except OSError as error:
-            raise_user(f"-o {args.output}: {error.strerror or error} (the traces are printed below)" if args.json
-                       else f"-o {args.output}: {error.strerror or error}")
+        except OSError as error:  # checked before the evaluation; changed meanwhile
+            raise_user(f"-o {args.output}: {error.strerror or error}")
     if args.json:
         sys.stdout.write(result.traces_jsonl().decode())
     return 0 if result.status.value == "PASSED" else 1
