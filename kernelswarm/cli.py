@@ -11,7 +11,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from kernelswarm.arguments import count, db_id, mebibytes, port, positive_seconds, writable_file
 from shared.errors import KernelSwarmError
+from shared.home import secure_home
 from shared.logs import configure_logging
 from shared.schema import load_problem, load_solution, missing_data_files, oversized
 from shared.schema.problem import find_problems
@@ -27,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        secure_home(Settings.from_env(), create=False)  # a home found open to others: 0700 (shared/home.py)
         return args.handler(args)
     except KernelSwarmError as error:
         err.print(f"[red]error:[/red] {error}", highlight=False, markup=True)
@@ -47,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--solution", type=Path, required=True, metavar="FILE",
                    help="the solution to evaluate: a SOL-ExecBench Solution JSON file")
     p.add_argument("--device", default=None, help="cpu or cuda (default: KERNELSWARM_DEVICE or cpu)")
-    p.add_argument("--max-workloads", type=int, default=None, metavar="N",
+    p.add_argument("--max-workloads", type=count, default=None, metavar="N",
                    help="evaluate only the problem's first N workloads (default: all)")
     p.add_argument("--json", action="store_true", help="print the traces as JSONL on stdout")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="FILE", help="write the traces as JSONL to FILE")
@@ -66,10 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measured ceilings (services.evaluator.calibrate's JSON); T_sol takes the faster of "
                         "each and the datasheet's")
     p.add_argument("--json", action="store_true", help="print each workload's figures as JSON on stdout")
-    p.add_argument("--memory-mb", type=int, default=None, metavar="MIB",
+    p.add_argument("--memory-mb", type=mebibytes, default=None, metavar="MIB",
                    help="the counting child's address-space limit (default: KERNELSWARM_SOL_COUNT_MEMORY_MB or 6144); "
                         "a workload that needs more gets T_sol unknown")
-    p.add_argument("--time-s", type=float, default=None, metavar="S",
+    p.add_argument("--time-s", type=positive_seconds, default=None, metavar="S",
                    help="the counting time per workload (default: KERNELSWARM_SOL_COUNT_TIME_S or 120)")
     p.set_defaults(handler=cmd_sol)
 
@@ -96,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(commands, "up", "start Redis, planner, writers, evaluator and web; run the default campaign",
                 "kernelswarm up --device cpu --duration 60")
     p.add_argument("--device", default=None, help="cpu or cuda (default: KERNELSWARM_DEVICE or cpu)")
-    p.add_argument("--duration", type=float, default=None, metavar="S",
+    p.add_argument("--duration", type=positive_seconds, default=None, metavar="S",
                    help="stop after S seconds (default: run until Ctrl-C)")
-    p.add_argument("--port", type=int, default=None, help="the web's port (default: KERNELSWARM_WEB_PORT or 8000)")
+    p.add_argument("--port", type=port, default=None, help="the web's port (default: KERNELSWARM_WEB_PORT or 8000)")
     p.add_argument("--new", action="store_true",
                    help="start a new campaign (default: continue the one an earlier `up` on this device left)")
     p.set_defaults(handler=cmd_up)
@@ -114,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(commands, "leaderboard", "the current leaderboard from the DB", "kernelswarm leaderboard --campaign 1")
     p.add_argument("--json", action="store_true", help="print it as JSON on stdout (what /api/leaderboard serves)")
-    p.add_argument("--campaign", type=int, default=None, metavar="ID",
+    p.add_argument("--campaign", type=db_id, default=None, metavar="ID",
                    help="only the campaign's problems, counting only its attempts (default: every problem)")
     p.set_defaults(handler=cmd_leaderboard)
     add_campaign_commands(commands)
@@ -140,19 +143,19 @@ def add_campaign_commands(commands) -> None:
     p.add_argument("--name", default=None,
                    help="the campaign's name (default: campaign YYYY-MM-DD HH:MM, when it is created)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: KERNELSWARM_DEVICE or cpu)")
-    p.add_argument("--writers", type=int, default=None, metavar="N",
+    p.add_argument("--writers", type=count, default=None, metavar="N",
                    help="assignments in flight at once (default: KERNELSWARM_WRITERS or 3)")
-    p.add_argument("--attempts-per-assignment", type=int, default=None, metavar="N",
+    p.add_argument("--attempts-per-assignment", type=count, default=None, metavar="N",
                    help="attempts a writer makes per assignment (default: KERNELSWARM_ATTEMPTS_PER_ASSIGNMENT or 4)")
     p.add_argument("--policy", choices=POLICIES, default=DEFAULT_POLICY,
                    help=f"how the planner picks problems (default: {DEFAULT_POLICY}; see docs/planner.md)")
-    p.add_argument("--budget-attempts", type=int, default=None, metavar="N",
+    p.add_argument("--budget-attempts", type=count, default=None, metavar="N",
                    help="at most N attempts in all (default: no limit)")
-    p.add_argument("--budget-gpu-s", type=float, default=None, metavar="S",
+    p.add_argument("--budget-gpu-s", type=positive_seconds, default=None, metavar="S",
                    help="stop once the finished attempts took S GPU-seconds (default: no limit)")
-    p.add_argument("--budget-tokens", type=int, default=None, metavar="N",
+    p.add_argument("--budget-tokens", type=count, default=None, metavar="N",
                    help="stop once the finished attempts spent N LLM tokens (default: no limit)")
-    p.add_argument("--budget-wall-s", type=float, default=None, metavar="S",
+    p.add_argument("--budget-wall-s", type=positive_seconds, default=None, metavar="S",
                    help="stop S seconds after the campaign was created, paused time included (default: no limit)")
     p.set_defaults(handler=cmd_campaign_create)
     p = command(campaigns, "list", "campaigns with what they spent against their budgets")
@@ -162,7 +165,7 @@ def add_campaign_commands(commands) -> None:
                               ("resume", "running again (ticks the planner when KERNELSWARM_REDIS_URL is set)"),
                               ("stop", "stop for good")):
         p = command(campaigns, action, help_text, f"kernelswarm campaign {action} 1")
-        p.add_argument("campaign_id", type=int, metavar="ID", help="the campaign's id (`kernelswarm campaign list`)")
+        p.add_argument("campaign_id", type=db_id, metavar="ID", help="the campaign's id (`kernelswarm campaign list`)")
         p.set_defaults(handler=cmd_campaign_control, action=action)
 
 
@@ -171,11 +174,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from shared.store import open_store
 
     settings = Settings.from_env(device=args.device)
+    _use_sandbox_settings(settings)
     problem = load_problem(args.problem_dir, with_seeds=False)
     solution = load_solution(args.solution)
-    if args.max_workloads is not None and args.max_workloads < 1:
-        raise_user("--max-workloads must be at least 1")
-    hide_swarm_data(settings)
+    if args.output is not None and (why := writable_file(args.output)) is not None:
+        raise_user(f"-o {args.output}: {why}")  # before the evaluation, not after it
     with err.status("evaluating") as status:
         config = EvalConfig.from_settings(settings, build_cache=open_store(settings))
         status.update(f"{solution.name}: starting the evaluator's children")
@@ -201,17 +204,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
             baselines.store(result.compile_ms)
     err.print(_traces_table(problem.name, solution.name, result))
     if args.output:
-        args.output.write_bytes(result.traces_jsonl())
+        try:
+            args.output.write_bytes(result.traces_jsonl())
+        except OSError as error:  # checked before the evaluation; changed meanwhile
+            raise_user(f"-o {args.output}: {error.strerror or error}")
     if args.json:
         sys.stdout.write(result.traces_jsonl().decode())
     return 0 if result.status.value == "PASSED" else 1
-
-
-def hide_swarm_data(settings: Settings) -> None:
-    """The home, DB, store and logs of `settings` out of every sandboxed child's view (`sandbox.hidden`)."""
-    from services.evaluator.sandbox import hidden
-
-    hidden.hide(hidden.swarm_data(settings))
 
 
 def _started_children(config, problem, solution):
@@ -393,6 +392,7 @@ def cmd_sol(args: argparse.Namespace) -> int:
     from shared.sol_bounded import CountLimits
 
     settings = Settings.from_env(sol_count_memory_mb=args.memory_mb, sol_count_time_s=args.time_s)
+    _use_sandbox_settings(settings)
     mode = SolMode.OURS if args.mode == "physical" else SolMode.SOLAR
     if not (args.problem_dir / "definition.json").is_file():
         raise_user(f"{args.problem_dir}: no definition.json (a problem's folder holds definition.json and workload.jsonl)")
@@ -409,6 +409,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     from kernelswarm.up import run_up
 
     settings = Settings.from_env(device=args.device, web_port=args.port)
+    _use_sandbox_settings(settings)  # `up` counts its problems' sizes in a sandboxed child itself
     configure_logging("WARNING")
     return run_up(settings, args.duration, args.new)
 
@@ -580,6 +581,17 @@ def cmd_campaign_control(args: argparse.Namespace) -> int:
         message = _kick(settings, args.campaign_id, "resumes")
     err.print(f"campaign {args.campaign_id} {status}: {message}", highlight=False)
     return 0
+
+
+def _use_sandbox_settings(settings: Settings) -> None:
+    """The sandbox of the children this process starts (evaluation, SOL counting) takes the
+    settings' reference uid and keeps their home, DB, store and logs out of every child's view
+    (`sandbox.hidden`)."""
+    from services.evaluator.sandbox import hidden
+    from services.evaluator.sandbox.isolation import use_reference_uid
+
+    use_reference_uid(settings.reference_uid)
+    hidden.hide(hidden.swarm_data(settings))
 
 
 def raise_user(message: str) -> None:

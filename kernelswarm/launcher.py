@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -21,6 +22,7 @@ from rich.console import Console
 
 from shared.celery_app import evaluate_queue
 from shared.errors import UserError
+from shared.home import private_folder
 from shared.process import die_with_parent
 from shared.settings import PREFIX, Settings
 
@@ -56,24 +58,26 @@ def port_is_free(port: int) -> bool:
 
 class RedisServer:
     """A private redis-server on a free loopback port, gone when stopped. Its output goes to
-    `redis.log` in its folder."""
+    `redis.log` in its folder. It asks for a random password (`requirepass`, in `redis.conf` in its
+    folder, 0600, so that it is not on the command line `ps` shows), which `url` carries."""
 
     def __init__(self, workdir: Path) -> None:
         self.binary = shutil.which("redis-server")
         if self.binary is None:
             raise UserError("redis-server not found: install it (`apt-get install redis-server`, "
                             "or run `make run`) or set KERNELSWARM_REDIS_URL")
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.workdir = workdir
+        self.workdir = private_folder(workdir)  # and the home above it, when `up` makes it (shared/home.py)
         self.log_path = workdir / "redis.log"
         self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
+        password = secrets.token_hex(32)
+        self.config = write_private(workdir / "redis.conf", f"requirepass {password}\n")
+        self.url = f"redis://:{password}@127.0.0.1:{self.port}/0"
         self._start()
 
     def _spawn(self) -> None:
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
-                [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                [self.binary, str(self.config), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                  "--dir", str(self.workdir)], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,  # a terminal's Ctrl-C reaches `up` alone, which stops Redis last
                 preexec_fn=die_with_parent())
@@ -127,6 +131,14 @@ def describe_exit(returncode: int) -> str:
         return f"was killed by {signal.Signals(-returncode).name}"
     except ValueError:
         return f"was killed by signal {-returncode}"
+
+
+def write_private(path: Path, text: str) -> Path:
+    """`text` in `path`, readable by its owner alone (0600 from its creation on)."""
+    path.unlink(missing_ok=True)
+    with os.fdopen(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600), "w") as file:
+        file.write(text)
+    return path
 
 
 def stop_process(process: subprocess.Popen, timeout_s: float) -> None:
@@ -199,7 +211,7 @@ class Services:
     lock: threading.Lock = field(default_factory=threading.Lock)  # for `states`, read by the web's thread
 
     def start(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        private_folder(self.log_dir)
         if self.redis is not None:
             self.processes[REDIS] = self.redis.process
         for name in self._commands():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 from shared.db import Database
+from shared.home import secure_home
 from shared.settings import Settings
 from shared.store import ObjectStore, open_store
 
@@ -14,6 +15,7 @@ class Runtime:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        secure_home(settings)
         self._lock = threading.Lock()
         self._db: Database | None = None
         self._store: ObjectStore | None = None

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import difflib
 import os
+import pwd
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from shared.errors import UserError
 
 PREFIX = "KERNELSWARM_"
+Port = Annotated[int, Field(ge=1, le=65535)]
+Positive = Annotated[int, Field(ge=1)]
+PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 
 
 class Settings(BaseModel):
@@ -45,9 +49,12 @@ class Settings(BaseModel):
     reference_timeout_s: float = 240.0  # the reference's child is killed after this long (its torch.compile baseline included)
     # Counting a workload's work for T_sol (shared.sol_bounded): the counting child's address space
     # (RLIMIT_AS, torch's 0.8 GB of reservations included) and its time per workload; past either, T_sol is unknown.
-    sol_count_memory_mb: int = 6144
-    sol_count_time_s: float = 120.0
+    sol_count_memory_mb: Positive = 6144
+    sol_count_time_s: PositiveSeconds = 120.0
     scratch_dir: Path | None = None
+    # The uid a problem's reference runs as where the evaluator is root (services/evaluator/sandbox):
+    # one no account and no process on the host uses, neither root's nor `nobody`'s (the candidate's).
+    reference_uid: int = 65533
     fork_server: bool = True  # fork children from a process with torch imported; false: a new interpreter each
     outer_clock_retimes: int = 3  # a timed batch over the outer clock's allowance is timed again at most this often
     calibrate: bool = True  # a GPU evaluator measures its ceilings at start when none younger than 7 days is stored
@@ -58,7 +65,7 @@ class Settings(BaseModel):
     lease_s: float = 60.0  # a writer that stops renewing its assignment this long loses it (it died)
     sweep_every_s: float = 15.0  # how often the planner looks for lost work (leases, deadlines, lost messages)
     tuner_eta: int = 3  # the tuner's successive halving keeps the best 1/eta of each rung; below 2: no halving
-    web_port: int = 8000
+    web_port: Port = 8000
     # LLM writers: any OpenAI-compatible endpoint. The key and URL come from the standard
     # OPENAI_API_KEY / OPENAI_BASE_URL; without a key the built-in tuner writes instead.
     model: str = "gpt-4o-mini"
@@ -77,10 +84,19 @@ class Settings(BaseModel):
     note_max_chars: int = 2000  # one `note` a writer appends
     submit_token: str | None = None  # at least 32 random characters (`kernelswarm token`); none: submitting is off
     submit_limit_per_hour: int = 60  # problems the web form and API accept in any hour, all clients together
-    token_failures_per_window: int = 10  # wrong submit tokens one client address may send per window, then 429
-    token_failure_window_s: float = 300.0
+    token_failures_per_window: Positive = 10  # wrong submit tokens one client address may send per window, then 429
+    token_failure_window_s: PositiveSeconds = 300.0
     web_trusted_proxies: int = 0  # reverse proxies in front of the web whose X-Forwarded-For names the client
     log_level: str = "INFO"
+
+    @field_validator("reference_uid")
+    @classmethod
+    def _a_uid_of_its_own(cls, uid: int) -> int:
+        nobody = _nobody_uid()
+        if not 0 < uid < 2**32 - 1 or uid == nobody:
+            raise ValueError(f"the reference needs a uid of its own: a number from 1 to {2**32 - 2}, neither root's "
+                             f"(0) nor nobody's ({nobody}, the candidate's); {uid} is not one")
+        return uid
 
     @property
     def db_url(self) -> str:
@@ -125,6 +141,13 @@ class Settings(BaseModel):
         except ValidationError as error:
             problems = "; ".join(f"{PREFIX}{str(e['loc'][0]).upper()}: {e['msg']}" for e in error.errors())
             raise UserError(f"bad settings: {problems}") from None
+
+
+def _nobody_uid() -> int:
+    try:
+        return pwd.getpwnam("nobody").pw_uid
+    except KeyError:
+        return 65534
 
 
 def _did_you_mean(key: str, known: set[str]) -> str:

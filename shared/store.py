@@ -12,6 +12,7 @@ from typing import Protocol
 from urllib.parse import urlparse
 
 from shared.errors import NotFoundError, StoreError, UserError
+from shared.home import private_folder
 from shared.settings import Settings
 
 _HASH = re.compile(r"^[0-9a-f]{64}$")
@@ -41,8 +42,7 @@ class LocalStore:
     """Objects under `root/ab/cdef...`; writes go through a temp file and an atomic rename."""
 
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = private_folder(Path(root))  # made 0700 (shared/home.py)
 
     def _path(self, digest: str) -> Path:
         _check_hash(digest)

@@ -23,6 +23,7 @@ from services.web import db as web_db
 from services.web.submission import MAX_REQUEST_BYTES
 from services.web.tokens import check_submit_token
 from shared.db.session import Database
+from shared.home import secure_home
 from shared.settings import Settings
 from shared.store import ObjectStore
 
@@ -34,6 +35,7 @@ def create_app(settings: Settings | None = None, db: Database | None = None,
     first use. A submit token that is set but weak is refused here (UserError), before any request."""
     settings = settings if settings is not None else Settings.from_env()
     check_submit_token(settings.submit_token)
+    secure_home(settings)
     app = Flask(__name__)
     app.config["KERNELSWARM_SETTINGS"] = settings
     app.config.update(MAX_CONTENT_LENGTH=MAX_REQUEST_BYTES, MAX_FORM_MEMORY_SIZE=MAX_REQUEST_BYTES)

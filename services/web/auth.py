@@ -100,17 +100,18 @@ def logged_in() -> bool:
 
 def token_matches(given: str | None) -> bool:
     """Whether `given` is the submit token. A client past the limit of wrong tokens gets
-    TooManyFailuresError before its token is compared; a wrong one is counted against it."""
+    TooManyFailuresError before its token is compared; every comparison is counted against it
+    before it is made (atomically with the check) and given back when the token was right."""
     expected = get_settings().submit_token
     if not expected or not given:
         return False
     keys, client = _keys(), throttle.client_of(request.remote_addr)
-    wait_s = throttle.retry_after_s(get_db(), client, keys.throttle)
-    if wait_s is not None:
-        raise TooManyFailuresError(wait_s, keys.throttle)
+    turn = throttle.take_turn(get_db(), client, keys.throttle)  # checked and counted in one step
+    if turn.failure_id is None:
+        raise TooManyFailuresError(turn.retry_after_s or 1, keys.throttle)
     if hmac.compare_digest(given.encode("utf-8", "surrogatepass"), expected.encode()):
+        throttle.give_back(get_db(), turn.failure_id)
         return True
-    throttle.record_failure(get_db(), client, keys.throttle)
     return False
 
 

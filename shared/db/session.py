@@ -11,12 +11,16 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from shared.home import private_db_file, private_folder
+
 MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 
 
 def make_engine(url: str, **options) -> Engine:
     if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        path = Path(url.removeprefix("sqlite:///"))
+        private_folder(path.parent)  # folders made for it: 0700
+        private_db_file(path)  # it holds the web's session key: 0600
         engine = create_engine(url, connect_args={"timeout": 30}, **options)
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine

@@ -178,10 +178,11 @@ def test_eval_missing_solution_file_exits_2(tmp_path: Path) -> None:
 
 
 def test_eval_rejects_zero_workloads(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["eval", str(RMSNORM), "--solution", str(RMSNORM / "solutions" / "pytorch_seed.json"),
-                 "--max-workloads", "0"])
-    assert code == 2
-    assert "--max-workloads must be at least 1" in flat(capsys.readouterr().err)
+    with pytest.raises(SystemExit) as exited:  # argparse's refusal (kernelswarm/arguments.py), before anything runs
+        main(["eval", str(RMSNORM), "--solution", str(RMSNORM / "solutions" / "pytorch_seed.json"),
+              "--max-workloads", "0"])
+    assert exited.value.code == 2
+    assert "argument --max-workloads: 0 is out of range: a count is from 1" in flat(capsys.readouterr().err)
 
 
 # --- problems validate / list -----------------------------------------------------------------------

@@ -75,8 +75,8 @@ UNPRIVILEGED_USER = "nobody"
 # candidate's `nobody` nor the evaluator's root: it cannot read a candidate's folders, nor a
 # candidate its secret (its seed, its timed sets), nor either of them the services' environments.
 # A uid no account and no process uses (no entry in /etc/passwd is needed: HOME and USER are set).
-REFERENCE_UID_ENV = "KERNELSWARM_REFERENCE_UID"
-REFERENCE_UID = 65533
+REFERENCE_UID = 65533  # the default of the setting `reference_uid` (KERNELSWARM_REFERENCE_UID)
+_reference_uid = REFERENCE_UID  # this process's, set from its settings (`use_reference_uid`)
 REFERENCE_USER = "kernelswarm-reference"
 
 
@@ -191,19 +191,19 @@ def unprivileged_ids(role: str = "candidate") -> tuple[int, int] | None:
     return user.pw_uid, user.pw_gid
 
 
-def reference_uid() -> int:
-    """`KERNELSWARM_REFERENCE_UID` (a number, not 0 and not `nobody`'s), else `REFERENCE_UID`."""
-    text = os.environ.get(REFERENCE_UID_ENV, "").strip()
-    if not text:
-        return REFERENCE_UID
-    try:
-        uid = int(text)
-    except ValueError:
-        raise ValueError(f"{REFERENCE_UID_ENV}={text!r} is not a number") from None
+def use_reference_uid(uid: int) -> None:
+    """The reference's uid from now on in this process: the setting `reference_uid`, already
+    validated there (a uid of its own), given by the entry point that built the settings."""
+    global _reference_uid
     if uid <= 0 or uid == pwd.getpwnam(UNPRIVILEGED_USER).pw_uid:
-        raise ValueError(f"{REFERENCE_UID_ENV}={uid}: the reference needs a uid of its own, neither root's nor "
+        raise ValueError(f"reference uid {uid}: the reference needs a uid of its own, neither root's nor "
                          f"{UNPRIVILEGED_USER}'s (the candidate's)")
-    return uid
+    _reference_uid = uid
+
+
+def reference_uid() -> int:
+    """The uid set by `use_reference_uid` (the setting `reference_uid`), else `REFERENCE_UID`."""
+    return _reference_uid
 
 
 def readable_by_others(path: Path) -> bool:
