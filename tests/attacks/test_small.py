@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from smallkit import TOKEN, a_campaign, at_once, close_app, web_app
+from tests.attacks.smallkit import TOKEN, a_campaign, at_once, close_app, web_app
 
 from kernelswarm.cli import build_parser, main
 from kernelswarm.launcher import RedisServer, Services, settings_env
