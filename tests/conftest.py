@@ -259,3 +259,17 @@ def _database_server() -> Iterator[None]:
     if _postgres is not None:
         _postgres.start()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_settings_stay_the_tests() -> Iterator[None]:
+    """What an entry point tells this process's sandbox from its settings (`sandbox.hidden.hide`,
+    `isolation.use_reference_uid`: the evaluator's `tasks.apply_settings`, `kernelswarm eval`, `sol`,
+    `up`) holds for the rest of the process; a test that went through one gives it back."""
+    yield
+    hidden = sys.modules.get("services.evaluator.sandbox.hidden")
+    if hidden is not None:
+        hidden.hide(())
+    isolation = sys.modules.get("services.evaluator.sandbox.isolation")
+    if isolation is not None:
+        isolation.use_reference_uid(isolation.REFERENCE_UID)

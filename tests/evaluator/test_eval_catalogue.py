@@ -10,6 +10,7 @@ which attempts the session selected.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import shutil
 import tempfile
@@ -53,11 +54,12 @@ class Case:
 CASES = [
     # Slow ones first, so that they overlap with the rest.
     Case("hang", Status.TIMEOUT, """
+        import fcntl
         import os
-        from pathlib import Path
 
-        def run(x, w, b, y):
-            Path("@TMP@/hang.pid").write_text(str(os.getpid()))
+        def run(x, w, b, y):  # its pid is its PID namespace's: the lock it holds says it lives
+            lock = os.open("@TMP@/hang.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(lock, fcntl.LOCK_EX)
             while True:
                 pass
         """, config={"attempt_timeout_s": HANG_TIMEOUT_S}),
@@ -512,8 +514,23 @@ def test_a_dying_child_is_a_runtime_error(attempts: Attempts, case: Case) -> Non
 def test_a_hang_is_killed(attempts: Attempts, case: Case) -> None:
     ran = attempts[case]
     assert f"ran past {HANG_TIMEOUT_S:.0f} s and was killed" in ran.result.message
-    pid = int((attempts.drop / "hang.pid").read_text())
-    assert not Path(f"/proc/{pid}").exists(), "the hung candidate is still running"
+    assert _lock_is_free(attempts.drop / "hang.lock"), "the hung candidate is still running"
+
+
+def _lock_is_free(path: Path) -> bool:
+    """Whether nobody holds `path`'s lock (a process that took it and still runs does); the lock
+    file must be there: the candidate made it."""
+    import fcntl
+
+    assert path.exists(), "the candidate never took its lock"
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
 @cases("garbage_after_correctness_rounds")
