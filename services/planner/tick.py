@@ -91,7 +91,9 @@ def _fill(session: Session, campaign: CampaignRow, config: PlannerConfig, now: d
           cache: StateCache | None) -> list[int]:
     state = read_state(session, campaign.id, config.policy, cache, count_recorded=campaign.budget_attempts is not None,
                        count_unattributed=campaign.budget_tokens is not None)
-    if cache is not None and state.refreshed:  # reports skipped recording the best: do it here
+    if cache is not None and (state.refreshed is None or state.refreshed):
+        # Reports skipped recording the best: done here, for the problems read again (None: all of
+        # them, a full refresh).
         update_bests(session, campaign.id, state.refreshed)
     created = _assign(session, campaign, state, config, now)
     if cache is not None:

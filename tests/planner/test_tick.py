@@ -410,6 +410,20 @@ def test_with_a_cache_the_tick_records_the_best_of_reported_problems(db, queue):
     assert best_of(db, campaign_id, problem) == best
 
 
+def test_a_report_whose_tick_reads_everything_again_records_the_best(db, queue):
+    """The report's tick is a full refresh (the cache is older than `full_every_s`: a slow attempt,
+    a loaded machine): the best of the reported problem is recorded all the same."""
+    (problem,) = add_problems(db, 1)
+    campaign_id = new_campaign(db, [problem], writers=1, per_assignment=1)
+    cache = StateCache(full_every_s=0.0)  # every tick reads everything again
+    (first,) = tick(db, campaign_id, queue, cache=cache)
+    best = Attempts(db).add(problem, campaign_id, "PASSED", speedup=1.5, assignment_id=first)
+    close(db, first)
+
+    assignment_done(db, first, queue, cache=cache)
+    assert best_of(db, campaign_id, problem) == best
+
+
 def test_reports_skip_the_tick_across_a_full_refresh(db, queue, monkeypatch):
     import services.planner.campaign as campaign_module
 
