@@ -288,6 +288,21 @@ def test_run_confined_gives_a_program_a_candidates_confinement(tmp_path, outside
     assert not (outside[1] / "written").exists()
     stopped = run_confined([*args, "daemon"], work, 3)
     assert stopped.timed_out
-    daemon = int((work / "daemon.pid").read_text())
+    assert (work / "daemon.pid").exists()  # its pid there is its PID namespace's: found by its command line
     time.sleep(0.2)
-    assert not Path(f"/proc/{daemon}").exists() or Path(f"/proc/{daemon}/stat").read_text().split()[2] in "ZX"
+    assert not live_processes_of(str(outside[1]), "daemon")
+
+
+def live_processes_of(*words: str) -> list[int]:
+    """The pids of this machine's processes, neither zombie nor dead, whose command line holds every
+    one of `words` as an argument."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError, ValueError):
+            continue
+        if entry.name.isdigit() and all(w in argv for w in words) and state not in "ZX":
+            found.append(int(entry.name))
+    return found
