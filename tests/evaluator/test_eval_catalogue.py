@@ -9,7 +9,9 @@ which attempts the session selected.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import socket
 import shutil
 import tempfile
@@ -53,11 +55,12 @@ class Case:
 CASES = [
     # Slow ones first, so that they overlap with the rest.
     Case("hang", Status.TIMEOUT, """
+        import fcntl
         import os
-        from pathlib import Path
 
         def run(x, w, b, y):
-            Path("@TMP@/hang.pid").write_text(str(os.getpid()))
+            lock = os.open("@TMP@/hang.lock", os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(lock, fcntl.LOCK_EX)  # held until it dies (its pid is its PID namespace's)
             while True:
                 pass
         """, config={"attempt_timeout_s": HANG_TIMEOUT_S}),
@@ -512,8 +515,11 @@ def test_a_dying_child_is_a_runtime_error(attempts: Attempts, case: Case) -> Non
 def test_a_hang_is_killed(attempts: Attempts, case: Case) -> None:
     ran = attempts[case]
     assert f"ran past {HANG_TIMEOUT_S:.0f} s and was killed" in ran.result.message
-    pid = int((attempts.drop / "hang.pid").read_text())
-    assert not Path(f"/proc/{pid}").exists(), "the hung candidate is still running"
+    lock = os.open(attempts.drop / "hang.lock", os.O_RDWR)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: the hung candidate still runs
+    finally:
+        os.close(lock)
 
 
 @cases("garbage_after_correctness_rounds")
