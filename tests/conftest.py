@@ -259,3 +259,13 @@ def _database_server() -> Iterator[None]:
     if _postgres is not None:
         _postgres.start()
     yield
+
+
+@pytest.fixture(autouse=True)
+def _hidden_folders_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The swarm folders every sandboxed child's view hides (`sandbox.hidden`, process-wide, set by
+    the evaluator's `tasks.apply_settings`) are as they were before each test: a test that registers
+    the evaluator's tasks leaves no folder of its own in later tests' views."""
+    from services.evaluator.sandbox import hidden
+
+    monkeypatch.setattr(hidden, "_hidden", hidden._hidden)
