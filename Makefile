@@ -1,5 +1,14 @@
 # The two commands a new user needs: `make run` and `make test`. Both set up everything first.
-PYTHON ?= python3
+# The venv's Python: the first of PYTHON_CANDIDATES that others may run (as root: `nobody` can start
+# it, e.g. Debian's /usr/bin/python3.11 where pyenv's lies under root's 0700 home), so that the
+# sandbox can give every untrusted child a uid of its own (isolation.unprivileged_ids); else the
+# first that exists. `make setup PYTHON=...` overrides the choice.
+PYTHON_CANDIDATES ?= /usr/bin/python3.11 /usr/local/bin/python3.11 python3.11 /usr/bin/python3 python3
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell for p in $(PYTHON_CANDIDATES); do command -v $$p >/dev/null || continue; \
+	if [ "$$(id -u)" != 0 ] || setpriv --reuid=65534 --regid=65534 --clear-groups $$p -c '' 2>/dev/null; \
+	then echo $$p; exit; fi; done; echo python3)
+endif
 VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 PY := $(VENV)/bin/python
@@ -15,6 +24,7 @@ APT_INSTALL = $(SUDO) sh -c 'find /var/lib/apt/lists -maxdepth 1 -name "*_Packag
 setup: $(STAMP) redis chromium
 
 $(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import ensurepip; ensurepip.version()' >/dev/null 2>&1 || $(APT_INSTALL) "$$(basename "$$($(PYTHON) -c 'import os, sys; print(os.path.realpath(sys.executable))')")-venv"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"

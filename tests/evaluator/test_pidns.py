@@ -66,7 +66,9 @@ EVALUATOR = textwrap.dedent("""
               "    open(sys.argv[1] + '.held', 'w').close()\\n"
               "    time.sleep(600)\\n"
               "time.sleep(600)\\n")
-    child = start_child(["-c", daemon, lock], home, home / "child.log", isolate=True, fork_server=False)
+    # the lock named from the child's cwd (its home): the way from / may pass folders only root
+    # may enter (pytest's), which a child running as `nobody` cannot
+    child = start_child(["-c", daemon, Path(lock).name], home, home / "child.log", isolate=True, fork_server=False)
     while not Path(lock + ".held").exists():
         time.sleep(0.05)
     print("held", flush=True)

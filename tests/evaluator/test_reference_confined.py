@@ -162,7 +162,7 @@ def test_without_its_confinement_the_same_reference_escapes(outside_tmp, service
     problem, targets = _attacking_problem(outside_tmp, port)
     unconfined = tuple(r for r in spares_module.CONFINED if r != "reference")
     monkeypatch.setattr(evaluate_module, "CONFINED", unconfined)
-    monkeypatch.setattr(evaluate_module, "unprivileged_ids", lambda role="candidate": None)
+    monkeypatch.setattr(evaluate_module, "reference_ids", lambda problem_root: None)  # root's uid, every capability
     result, written = _attack(problem, targets)
     assert result.status is Status.INVALID_REFERENCE, result.message
     assert written == targets
