@@ -51,13 +51,19 @@ def tighten(path: Path) -> bool:
 
 def private_db_file(path: Path) -> None:
     """A SQLite DB file and its -wal and -shm beside it: 0600, created so when missing (SQLite gives
-    its -wal and -shm the DB file's mode). A path SQLite cannot open (a folder) is left to it."""
+    its -wal and -shm the DB file's mode). A path SQLite cannot open (a folder) is left to it. An
+    existing file is never opened here: SQLite's locks are POSIX locks, and closing any descriptor of
+    the file would drop every lock this process's own connections hold on it (another process's
+    last close would then delete the WAL they still read)."""
     if path.is_dir():
         return
-    try:
-        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600))
-    except OSError:
-        return  # SQLite reports it, with the URL
+    if not path.exists():
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            pass  # made meanwhile by another process: not opened here
+        except OSError:
+            return  # SQLite reports it, with the URL
     for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         if tighten(file):
             log.warning("%s was readable by others: now %o", file, stat.S_IMODE(file.stat().st_mode))
