@@ -7,7 +7,6 @@ attempt."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import tempfile
@@ -158,16 +157,3 @@ def start_sleeper() -> subprocess.Popen:
     """A process of the evaluator's own uid outside every sandbox."""
     return subprocess.Popen(["sleep", "600"], start_new_session=True)
 
-
-def lock_is_free(path: Path) -> bool:
-    """Whether nobody holds `path`'s flock any more (the daemon that took it is dead)."""
-    import fcntl
-
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)

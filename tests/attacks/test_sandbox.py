@@ -31,9 +31,9 @@ from shared.process import running
 from shared.schema import Status
 from shared.settings import Settings
 from tests.attacks.sandboxkit import (
-    CANDIDATE, REFERENCE, Stage, lock_is_free, remove_home, start_sleeper, swarm_home,
+    CANDIDATE, REFERENCE, Stage, remove_home, start_sleeper, swarm_home,
 )
-from tests.evaluator.evalkit import FAST, affine_definition, affine_workloads, make_problem, make_solution
+from tests.evaluator.evalkit import FAST, affine_definition, affine_workloads, lock_is_free, make_problem, make_solution
 
 PROBED = ("signals", "proc", "data")
 STARTS = {"fork_server": True, "new_interpreter": False}

@@ -3,7 +3,9 @@ source strings, and a fast CPU evaluation config (a few seconds per attempt)."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -85,3 +87,17 @@ def make_solution(code: str, definition: str = "affine_float32", *, name: str = 
 
 def seed_solution(problem_dir: Path) -> Solution:
     return load_problem(problem_dir).seed("pytorch")
+
+
+def lock_is_free(path: Path) -> bool:
+    """Whether no process holds `path`'s flock any more (a child that took it and still runs does).
+    Children judged this way live in PID namespaces of their own, where the pid they could write
+    down means nothing outside."""
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)

@@ -10,7 +10,6 @@ which attempts the session selected.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import shutil
 import tempfile
@@ -26,7 +25,7 @@ import torch
 from safetensors.torch import save_file
 
 from evalkit import (
-    FAST, PROBLEMS_DIR, TOLERANCE, affine_definition, affine_workloads, make_problem, make_solution,
+    FAST, PROBLEMS_DIR, TOLERANCE, affine_definition, affine_workloads, lock_is_free, make_problem, make_solution,
 )
 from services.evaluator.evaluate import AttemptResult, evaluate
 from services.evaluator.sandbox.isolation import WRITABLE_ENV, isolation
@@ -514,23 +513,10 @@ def test_a_dying_child_is_a_runtime_error(attempts: Attempts, case: Case) -> Non
 def test_a_hang_is_killed(attempts: Attempts, case: Case) -> None:
     ran = attempts[case]
     assert f"ran past {HANG_TIMEOUT_S:.0f} s and was killed" in ran.result.message
-    assert _lock_is_free(attempts.drop / "hang.lock"), "the hung candidate is still running"
+    lock = attempts.drop / "hang.lock"
+    assert lock.exists(), "the candidate never took its lock"
+    assert lock_is_free(lock), "the hung candidate is still running"
 
-
-def _lock_is_free(path: Path) -> bool:
-    """Whether nobody holds `path`'s lock (a process that took it and still runs does); the lock
-    file must be there: the candidate made it."""
-    import fcntl
-
-    assert path.exists(), "the candidate never took its lock"
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
 
 
 @cases("garbage_after_correctness_rounds")

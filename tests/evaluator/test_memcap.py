@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from services.evaluator.sandbox import memcap
+from tests.evaluator.evalkit import lock_is_free
 
 needs_cgroup = pytest.mark.skipif(memcap.find() is None, reason="no memory cgroup this evaluator may make here")
 
@@ -135,7 +136,7 @@ def test_a_daemon_that_left_the_process_group_dies_with_the_cgroup() -> None:
         run = finish_child(child, "", 60)
         child.channel.close()
         written = pid_file.read_text() if pid_file.exists() else None
-        held = written and _locked(pid_file)
+        held = written and not lock_is_free(pid_file)
     finally:
         shutil.rmtree(outer)
     assert written, f"the daemon wrote no pid: {run.log}"
@@ -143,17 +144,6 @@ def test_a_daemon_that_left_the_process_group_dies_with_the_cgroup() -> None:
     assert not held, f"the daemon {written} outlived its cgroup"
     assert not child.cgroup.path.exists()
 
-
-def _locked(path: Path) -> bool:
-    """Whether a process still holds `path`'s flock."""
-    import fcntl
-
-    with open(path) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-    return False
 
 
 def _fake_cgroup(path: Path, hands_down: str = "", memory_max: str = "max") -> Path:

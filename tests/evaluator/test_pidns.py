@@ -3,7 +3,6 @@ outside it that ends exactly as the child did, and the child is a process of a n
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from services.evaluator.sandbox.isolation import finish_child, isolation, start_child
+from tests.evaluator.evalkit import lock_is_free
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not isolation()["pid_namespace"], reason="no PID namespace on this machine")
@@ -90,21 +90,11 @@ def test_the_whole_tree_dies_with_the_evaluator(tmp_path) -> None:
         evaluator.kill()
         evaluator.wait()
         deadline = time.monotonic() + 30  # the kernel's kills are asynchronous
-        while _locked(lock) and time.monotonic() < deadline:
+        while not lock_is_free(lock) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _locked(lock), "the daemon outlived its evaluator"
+        assert lock_is_free(lock), "the daemon outlived its evaluator"
     finally:
         evaluator.kill()
         evaluator.wait()
         evaluator.stdout.close()
 
-
-def _locked(path: Path) -> bool:
-    fd = os.open(path, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)

@@ -36,7 +36,6 @@ Not covered here (GPU only, or not yet caught anywhere):
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import textwrap
@@ -47,6 +46,7 @@ import pytest
 from services.evaluator.sandbox.isolation import isolation
 from shared.schema import Status
 from tests.attacks.inputskit import PRECOMPUTES
+from tests.evaluator.evalkit import lock_is_free
 from tests.hacks.hackkit import Attempts, Case, assert_status, start_attempts
 
 HACK = Status.REWARD_HACK
@@ -1355,13 +1355,8 @@ def test_a_value_cache_never_serves_a_timed_run(attempts: Attempts, case: Case) 
 def test_a_daemon_in_its_own_session_does_not_outlive_the_attempt(attempts: Attempts, case: Case) -> None:
     assert attempts[case].result.status is Status.REWARD_HACK
     assert (attempts.drop_for(case) / "daemon.pid").exists()
-    lock = os.open(attempts.drop_for(case) / "daemon.lock", os.O_RDWR)
-    try:  # its PID namespace ended with the attempt: the daemon with it, its lock free
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        pytest.fail("the daemon outlived its attempt")
-    finally:
-        os.close(lock)
+    # its PID namespace ended with the attempt: the daemon with it, its lock free
+    assert lock_is_free(attempts.drop_for(case) / "daemon.lock"), "the daemon outlived its attempt"
 
 
 def test_every_kind_is_listed_once() -> None:
